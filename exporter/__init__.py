@@ -1,0 +1,1 @@
+"""The specload exporter: vLLM service variants into Prometheus."""

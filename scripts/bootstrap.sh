@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Idempotent set-up shared by scripts/demo and scripts/test.
+#   - Debian packages: prometheus (with promtool), prometheus-alertmanager
+#   - .venv with specload and its dev tools (editable install)
+# Re-running is fast: each step is skipped when its stamp matches.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${SPECLOAD_VENV:-$ROOT/.venv}"
+PYTHON="${SPECLOAD_PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+
+log() { printf '[setup] %s\n' "$*" >&2; }
+
+sudo_if_needed() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+ensure_debian_packages() {
+    local missing=()
+    command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+    command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+    command -v prometheus-alertmanager >/dev/null 2>&1 || missing+=(prometheus-alertmanager)
+    if [ "${#missing[@]}" -gt 0 ]; then
+        log "installing Debian packages: ${missing[*]}"
+        sudo_if_needed apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq \
+            --no-install-recommends prometheus prometheus-alertmanager >/dev/null
+        # The packages start system services; specload runs its own instances.
+        if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+            sudo_if_needed systemctl disable --now prometheus prometheus-alertmanager \
+                prometheus-node-exporter >/dev/null 2>&1 || true
+        fi
+    fi
+}
+
+ensure_venv() {
+    local stamp="$VENV/.specload-stamp"
+    local want
+    want="$(cat "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)"
+    if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+        return 0
+    fi
+    log "creating $VENV"
+    [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -e "$ROOT[dev]"
+    echo "$want" >"$stamp"
+}
+
+ensure_debian_packages
+ensure_venv

@@ -1,0 +1,3 @@
+from specload.cli import main
+
+raise SystemExit(main())
