@@ -1,3 +1,3 @@
 """Shared pytest set-up. Fixtures live in tests/fixtures/, one module per area."""
 
-pytest_plugins: list[str] = []
+pytest_plugins: list[str] = ["tests.fixtures.vllm", "tests.fixtures.exporter"]

@@ -1,0 +1,232 @@
+"""One monitored server: poll its ``/metrics`` (and log), keep what the collector serves.
+
+:meth:`TargetMonitor.poll` runs on the poller's event loop; :meth:`view`
+returns an immutable :class:`TargetView` that the collector reads from any
+thread. Each poll replaces the view in one assignment.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+
+import httpx
+import orjson
+
+from exporter.config import TargetConfig
+from exporter.fetch import REASONS, FetchResult, fetch
+from exporter.lifecycle import Lifecycle, LifecycleView
+from exporter.logs import LineSource, LogState
+from exporter.vllm_metrics import Derived, Reading, derive, extract, keep, went_backwards
+from specload.promtext import PromTextError, parse
+
+VERSION_MAX_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class TargetView:
+    variant: str
+    model: str
+    up: bool
+    scrape_duration_s: float | None
+    errors_total: Mapping[str, int]
+    last_error: str | None
+    derived: Derived | None  # None while the target is not up
+    info: Mapping[str, str]
+    lifecycle: LifecycleView
+    load_progress_ratio: float | None
+    expected_reload_s: float | None
+    polled_at_s: float | None = None
+    last_error_detail: str = ""
+    extra: Mapping[str, float] = field(default_factory=dict)
+
+
+class TargetMonitor:
+    def __init__(
+        self,
+        cfg: TargetConfig,
+        *,
+        timeout_s: float,
+        max_bytes: int,
+        log: LineSource | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = cfg
+        self.timeout_s = timeout_s
+        self.max_bytes = max_bytes
+        self.log = log
+        self.clock = clock
+        self.log_state = LogState()
+        self.lifecycle = Lifecycle()
+        self.errors: dict[str, int] = dict.fromkeys(REASONS, 0)
+        self.headers: dict[str, str] = {}
+        if cfg.api_key:
+            self.headers["Authorization"] = f"Bearer {cfg.api_key}"
+        self._prev: Reading | None = None
+        self._model: str | None = cfg.model
+        self._version: str | None = None
+        self._version_for: float | None = None  # process start the version was asked for
+        self._view = self._make_view(self.clock(), None, None, None, None, "")
+
+    # -- polling --------------------------------------------------------------------
+
+    def read_log(self) -> None:
+        if self.log is None:
+            return
+        lines = self.log.poll()
+        if lines:
+            self.log_state.feed(lines, self.clock())
+
+    async def poll(self, client: httpx.AsyncClient) -> None:
+        self.read_log()
+        result = await fetch(
+            client,
+            self.cfg.url.metrics,
+            timeout_s=self.timeout_s,
+            max_bytes=self.max_bytes,
+            headers=self.headers,
+        )
+        reading = self.apply(result, self.clock())
+        if reading is not None and self._version_for != reading.process_start_s:
+            self._version_for = reading.process_start_s
+            await self._ask_version(client)
+
+    async def _ask_version(self, client: httpx.AsyncClient) -> None:
+        res = await fetch(
+            client,
+            self.cfg.url.version,
+            timeout_s=self.timeout_s,
+            max_bytes=VERSION_MAX_BYTES,
+            headers=self.headers,
+        )
+        version = None
+        if res.body is not None:
+            try:
+                doc = orjson.loads(res.body)
+            except orjson.JSONDecodeError:
+                doc = None
+            if isinstance(doc, dict) and isinstance(doc.get("version"), str):
+                version = doc["version"][:64]
+        self._version = version
+        self._view = self._with_info(self._view)
+
+    def apply(self, result: FetchResult, now_s: float) -> Reading | None:
+        """Fold one fetch outcome into the state; return the reading when it parsed."""
+        if result.body is None:
+            self._failed(result.reason or "error", result.detail, result.duration_s, now_s)
+            return None
+        try:
+            text = result.body.decode("utf-8")
+            fams = parse(text, keep)
+        except (UnicodeDecodeError, PromTextError) as exc:
+            self._failed("malformed", str(exc), result.duration_s, now_s)
+            return None
+        reading = extract(fams, now_s)
+        prev = self._prev
+        restarted = prev is not None and (
+            went_backwards(prev, reading)
+            or (
+                prev.process_start_s is not None
+                and reading.process_start_s is not None
+                and abs(prev.process_start_s - reading.process_start_s) > 1e-3
+            )
+        )
+        self.lifecycle.ok(now_s, reading.process_start_s, restarted=restarted)
+        self.log_state.loading = False
+        if self.cfg.model is None and reading.model:
+            self._model = reading.model
+        k = self._k_hint(reading)
+        derived = derive(prev, reading, reset=restarted, k=k)
+        self._prev = reading
+        self._view = self._make_view(now_s, True, result.duration_s, derived, None, "", reading)
+        return reading
+
+    def _failed(self, reason: str, detail: str, duration_s: float, now_s: float) -> None:
+        self.errors[reason] = self.errors.get(reason, 0) + 1
+        self.lifecycle.failed(
+            now_s,
+            refused=reason == "refused",
+            log_loading=self.log_state.loading,
+            log_started_s=self.log_state.load_started_s,
+        )
+        self._view = self._make_view(now_s, False, duration_s, None, reason, detail)
+
+    # -- what the collector reads ------------------------------------------------------
+
+    def view(self) -> TargetView:
+        """The latest view, with reload elapsed time brought up to now."""
+        v = self._view
+        if v.lifecycle.reload_in_progress:
+            lc = self.lifecycle.view(self.clock())
+            v = replace(v, lifecycle=lc)
+        return v
+
+    def _k_hint(self, reading: Reading | None) -> int | None:
+        declared = self.cfg.labels.get("num_speculative_tokens")
+        if declared is not None and declared.isdigit():
+            return int(declared)
+        spec = self.log_state.spec
+        if spec is not None and spec.num_speculative_tokens:
+            return spec.num_speculative_tokens
+        if reading is not None and reading.num_positions:
+            return reading.num_positions
+        return None
+
+    def _info(self, reading: Reading | None) -> dict[str, str]:
+        declared = self.cfg.labels
+        spec = self.log_state.spec
+        method = declared.get("method") or (spec.method if spec is not None else "")
+        if not method and reading is not None:
+            method = "unknown" if reading.has_spec_decode else "none"
+        k = self._k_hint(reading)
+        if k is None and method == "none":
+            k = 0
+        tp = declared.get("tensor_parallel_size") or (
+            str(self.log_state.tensor_parallel_size) if self.log_state.tensor_parallel_size else ""
+        )
+        draft = declared.get("draft_model") or (spec.draft_model or "" if spec is not None else "")
+        return {
+            "method": method,
+            "num_speculative_tokens": "" if k is None else str(k),
+            "draft_model": draft,
+            "tensor_parallel_size": tp,
+            "vllm_version": self._version or self.log_state.vllm_version or "",
+        }
+
+    def _with_info(self, v: TargetView) -> TargetView:
+        return replace(v, info=self._info(self._prev))
+
+    def _make_view(  # noqa: PLR0917
+        self,
+        now_s: float,
+        up: bool | None,
+        duration_s: float | None,
+        derived: Derived | None,
+        reason: str | None,
+        detail: str,
+        reading: Reading | None = None,
+    ) -> TargetView:
+        lc = self.lifecycle.view(now_s)
+        progress = None
+        if lc.reload_in_progress and self.log_state.load_progress is not None:
+            started = self.log_state.load_started_s
+            last_ok = self.lifecycle.last_ok_s
+            # Only progress from this load (begun after the last good poll).
+            if started is not None and (last_ok is None or started > last_ok):
+                progress = self.log_state.load_progress
+        return TargetView(
+            variant=self.cfg.variant,
+            model=self._model or "unknown",
+            up=bool(up),
+            scrape_duration_s=duration_s,
+            errors_total=dict(self.errors),
+            last_error=reason,
+            derived=derived,
+            info=self._info(reading if reading is not None else self._prev),
+            lifecycle=lc,
+            load_progress_ratio=progress,
+            expected_reload_s=self.cfg.expected_reload_s,
+            polled_at_s=now_s if up is not None else None,
+            last_error_detail=detail,
+        )

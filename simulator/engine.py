@@ -1,0 +1,277 @@
+"""Continuous batching: the scheduler and what one step produces, independent of any clock.
+
+:class:`EngineCore` is pure logic. A driver asks it for the next step
+(:meth:`EngineCore.plan`), waits the step's duration (real time scaled, or
+virtual time in calibration), then calls :meth:`EngineCore.complete`, which
+hands each sequence the tokens the step produced (one chunk per sequence per
+step) and records vLLM's metrics.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from simulator.costmodel import CostModel, StepCost
+from simulator.metrics import EngineMetrics
+from simulator.variants import Variant
+
+# emit(seq, reasoning_tokens, content_tokens, finish_reason or None, now)
+EmitFn = Callable[["Sequence", int, int, str | None, float], None]
+
+
+class Sequence:
+    """One request inside the engine."""
+
+    __slots__ = (
+        "aborted",
+        "arrival",
+        "category",
+        "content_target",
+        "emit",
+        "first_token",
+        "generated",
+        "last_token",
+        "max_tokens",
+        "prompt_tokens",
+        "reasoning_target",
+        "rid",
+        "scheduled",
+        "target",
+    )
+
+    def __init__(
+        self,
+        rid: int,
+        *,
+        category: str,
+        prompt_tokens: int,
+        reasoning_tokens: int,
+        content_tokens: int,
+        max_tokens: int,
+        arrival: float,
+        emit: EmitFn,
+    ) -> None:
+        self.rid = rid
+        self.category = category
+        self.prompt_tokens = prompt_tokens
+        self.reasoning_target = reasoning_tokens
+        self.content_target = content_tokens
+        self.max_tokens = max_tokens
+        self.target = max(1, min(reasoning_tokens + content_tokens, max_tokens))
+        self.generated = 0
+        self.arrival = arrival
+        self.scheduled = -1.0
+        self.first_token = -1.0
+        self.last_token = -1.0
+        self.emit = emit
+        self.aborted = False
+
+    @property
+    def finish_reason(self) -> str:
+        return "length" if self.reasoning_target + self.content_target > self.max_tokens else "stop"
+
+    def split(self, n: int) -> tuple[int, int]:
+        """How the next ``n`` tokens divide into (reasoning, content): reasoning first."""
+        reasoning_left = max(0, self.reasoning_target - self.generated)
+        r = min(n, reasoning_left)
+        return r, n - r
+
+
+@dataclass
+class StepPlan:
+    prefill: list[Sequence]
+    decode: list[tuple[Sequence, int]]  # (sequence, draft tokens this step)
+    cost: StepCost
+    duration_s: float  # virtual seconds, after the degradation factor
+    prefill_tokens: int
+    decode_tokens: int
+    decode_tokens_out: int = 0  # tokens the step produced (set by complete)
+
+
+@dataclass
+class SchedulerLimits:
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    kv_cache_tokens: int = 400_000
+
+
+@dataclass
+class EngineCore:
+    cost: CostModel
+    variant: Variant
+    metrics: EngineMetrics
+    rng: random.Random
+    limits: SchedulerLimits = field(default_factory=SchedulerLimits)
+    step_factor: float = 1.0
+    waiting: deque[Sequence] = field(default_factory=deque)
+    running: list[Sequence] = field(default_factory=list)
+    kv_tokens: int = 0
+    steps: int = 0
+    on_step: Callable[[StepPlan, float], None] | None = None
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+        self.metrics.waiting = len(self.waiting)
+
+    def abort(self, seq: Sequence, now: float) -> None:
+        """A client went away: drop the sequence and count it as aborted."""
+        if seq.aborted:
+            return
+        seq.aborted = True
+        if seq in self.running:
+            self.running.remove(seq)
+            self.kv_tokens -= seq.prompt_tokens + seq.generated
+        else:
+            try:
+                self.waiting.remove(seq)
+            except ValueError:
+                return
+        self.metrics.request_success["abort"].inc()
+        self._gauges()
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    def _gauges(self) -> None:
+        m = self.metrics
+        m.running = len(self.running)
+        m.waiting = len(self.waiting)
+        m.kv_cache_usage = min(1.0, self.kv_tokens / max(1, self.limits.kv_cache_tokens))
+
+    def plan(self, now: float) -> StepPlan | None:
+        """Admit waiting requests and describe the next step; None when idle."""
+        limits = self.limits
+        prefill: list[Sequence] = []
+        prefill_tokens = 0
+        while self.waiting and len(self.running) + len(prefill) < limits.max_num_seqs:
+            seq = self.waiting[0]
+            budget_ok = prefill_tokens + seq.prompt_tokens <= limits.max_num_batched_tokens
+            kv_ok = self.kv_tokens + seq.prompt_tokens <= limits.kv_cache_tokens
+            if prefill and not (budget_ok and kv_ok):
+                break
+            if not prefill and not kv_ok and self.running:
+                break
+            self.waiting.popleft()
+            seq.scheduled = now
+            prefill.append(seq)
+            prefill_tokens += seq.prompt_tokens
+            self.kv_tokens += seq.prompt_tokens
+        variant = self.variant
+        k = variant.num_speculative_tokens if variant.speculative else 0
+        decode: list[tuple[Sequence, int]] = []
+        decode_tokens = 0
+        context = 0
+        extra = 0
+        rng = self.rng
+        for seq in self.running:
+            drafts = k if k and variant.proposes(seq.category, rng) else 0
+            ctx = seq.prompt_tokens + seq.generated
+            decode.append((seq, drafts))
+            decode_tokens += 1 + drafts
+            context += ctx
+            extra += ctx * drafts
+        if not prefill and not decode:
+            return None
+        cost = self.cost.step(
+            decode_tokens=decode_tokens,
+            num_seqs=len(decode) + len(prefill),
+            context_tokens=context,
+            query_extra_context=extra,
+            prefill_tokens=prefill_tokens,
+            draft_s=variant.draft_cost_s(len(decode)),
+            expert_tokens=decode_tokens
+            + prefill_tokens
+            - (1.0 - variant.draft_expert_novelty) * (decode_tokens - len(decode)),
+        )
+        self._gauges()
+        return StepPlan(
+            prefill, decode, cost, cost.total_s * self.step_factor, prefill_tokens, decode_tokens
+        )
+
+    def complete(self, plan: StepPlan, now: float) -> None:
+        """The step ended at ``now``: hand out tokens, record metrics, retire finished requests."""
+        m = self.metrics
+        self.steps += 1
+        generated = 0
+        finished: list[Sequence] = []
+        rng = self.rng
+        variant = self.variant
+        accept_cache: dict[str, list[float]] = {}
+        for seq, drafts in plan.decode:
+            if seq.aborted:
+                continue
+            accepted = 0
+            if drafts:
+                probs = accept_cache.get(seq.category)
+                if probs is None:
+                    probs = accept_cache[seq.category] = variant.position_acceptance(seq.category)
+                for p in probs[:drafts]:
+                    if rng.random() >= p:
+                        break
+                    accepted += 1
+                m.spec_drafts.value += 1
+                m.spec_draft_tokens.value += drafts
+                m.spec_accepted_tokens.value += accepted
+                per_pos = m.spec_accepted_per_pos
+                for i in range(accepted):
+                    per_pos[i].value += 1
+            n = min(1 + accepted, seq.target - seq.generated)
+            r, c = seq.split(n)
+            seq.generated += n
+            generated += n
+            self.kv_tokens += n
+            m.h_itl.observe(now - seq.last_token)
+            seq.last_token = now
+            if seq.generated >= seq.target:
+                finished.append(seq)
+                seq.emit(seq, r, c, seq.finish_reason, now)
+            else:
+                seq.emit(seq, r, c, None, now)
+        for seq in plan.prefill:
+            if seq.aborted:
+                continue
+            m.add_prompt_tokens(seq.prompt_tokens)
+            m.h_ttft.observe(now - seq.arrival)
+            seq.first_token = seq.last_token = now
+            seq.generated = 1
+            generated += 1
+            self.kv_tokens += 1
+            r, c = seq.split(1)
+            self.running.append(seq)
+            if seq.target <= 1:
+                finished.append(seq)
+                seq.emit(seq, r, c, seq.finish_reason, now)
+            else:
+                seq.emit(seq, r, c, None, now)
+        m.generation_tokens.value += generated
+        plan.decode_tokens_out = generated
+        m.h_iteration_tokens.observe(plan.prefill_tokens + generated)
+        for seq in finished:
+            self.running.remove(seq)
+            self.kv_tokens -= seq.prompt_tokens + seq.generated
+            record_finished(m, seq, now)
+        self._gauges()
+        if self.on_step is not None:
+            self.on_step(plan, now)
+
+
+def record_finished(m: EngineMetrics, seq: Sequence, now: float) -> None:
+    """vLLM's per-request histograms and the success counter for a finished request."""
+    m.request_success[seq.finish_reason].inc()
+    m.h_e2e.observe(now - seq.arrival)
+    m.h_queue.observe(seq.scheduled - seq.arrival)
+    m.h_prefill.observe(seq.first_token - seq.scheduled)
+    m.h_inference.observe(now - seq.scheduled)
+    decode_s = now - seq.first_token
+    m.h_decode.observe(decode_s)
+    if seq.generated > 1:
+        m.h_request_tpot.observe(decode_s / (seq.generated - 1))
+    m.h_prompt_tokens.observe(seq.prompt_tokens)
+    m.h_generation_tokens.observe(seq.generated)
+    m.h_max_generation_tokens.observe(seq.max_tokens)
+    m.h_params_n.observe(1)
+    m.h_params_max_tokens.observe(seq.max_tokens)

@@ -1,0 +1,126 @@
+"""``specload baseline export DIR [--out FILE]``: the baseline the exporter and alerts read.
+
+The format (documented in docs/results.md) is plain JSON::
+
+    {"format": "specload-baseline/1", "variant": "baseline", "model": "m",
+     "created_at": "...", "source": "results/baseline",
+     "entries": [{"concurrency": 1, "request_rate": null, "category": "all",
+                  "tpot_median_seconds": 0.0136, "tpot_p90_seconds": 0.0150,
+                  "requests": 118}, ...]}
+
+One entry per level and category (``all`` is every request of the level);
+levels of an open-loop run carry ``request_rate`` instead of ``concurrency``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from specload.errors import UsageError
+from specload.results.writer import atomic_write_bytes, dump_json, read_summary
+
+FORMAT = "specload-baseline/1"
+
+
+def _entry(
+    level: Mapping[str, Any], category: str, stats: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    median, p90 = stats.get("median_tpot_ms"), stats.get("p90_tpot_ms")
+    if median is None or p90 is None:
+        return None
+    return {
+        "concurrency": level.get("concurrency"),
+        "request_rate": level.get("request_rate"),
+        "category": category,
+        "tpot_median_seconds": float(median) / 1000.0,
+        "tpot_p90_seconds": float(p90) / 1000.0,
+        "requests": int(stats.get("completed") or 0),
+    }
+
+
+def baseline_from_summary(summary: Mapping[str, Any], source: str) -> dict[str, Any]:
+    entries: list[dict[str, Any]] = []
+    for level in summary.get("levels", []):
+        if not level.get("complete", True):
+            continue
+        entry = _entry(level, "all", level)
+        if entry is not None:
+            entries.append(entry)
+        for cat, stats in sorted(level.get("categories", {}).items()):
+            entry = _entry(level, cat, stats)
+            if entry is not None:
+                entries.append(entry)
+    if not entries:
+        raise UsageError(f"{source}: no complete level with TPOT to export")
+    return {
+        "format": FORMAT,
+        "variant": summary.get("variant"),
+        "model": summary.get("model"),
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "source": source,
+        "entries": entries,
+    }
+
+
+def load_baseline(path: str | Path) -> dict[str, Any]:
+    """Read and check a baseline file (for the exporter and tests)."""
+    p = Path(path)
+    try:
+        data = orjson.loads(p.read_bytes())
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such baseline file") from None
+    except orjson.JSONDecodeError as exc:
+        raise UsageError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise UsageError(f"{path}: not a {FORMAT} file")
+    if not isinstance(data.get("entries"), list):
+        raise UsageError(f"{path}: 'entries' must be a list")
+    for i, entry in enumerate(data["entries"]):
+        for key in ("category", "tpot_median_seconds", "tpot_p90_seconds"):
+            if not isinstance(entry, dict) or key not in entry:
+                raise UsageError(f"{path}: entries[{i}] lacks {key!r}")
+    return data
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="baseline_command", metavar="ACTION")
+    sub.required = True
+    export = sub.add_parser(
+        "export",
+        help="write the baseline of a results directory",
+        description="write the baseline (median and p90 TPOT per level and "
+        "category) of a results directory",
+    )
+    export.add_argument("dir", metavar="DIR", help="results directory of the baseline run")
+    export.add_argument(
+        "--out",
+        metavar="FILE",
+        default=None,
+        help="output file (default: DIR/baseline.json; '-' for stdout)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    summary = read_summary(args.dir)
+    baseline = baseline_from_summary(summary, str(args.dir))
+    payload = dump_json(baseline)
+    if args.out == "-":
+        print(payload.decode(), end="")
+        return 0
+    out = Path(args.out) if args.out else Path(args.dir) / "baseline.json"
+    if not out.parent.is_dir():
+        raise UsageError(f"--out {str(out)!r}: directory {str(out.parent)!r} does not exist")
+    try:
+        atomic_write_bytes(out, payload)
+    except OSError as exc:
+        raise UsageError(f"--out {str(out)!r}: cannot write ({exc.strerror})") from None
+    print(
+        f"baseline of {baseline['variant']} ({len(baseline['entries'])} entries) written to {out}"
+    )
+    return 0

@@ -1,0 +1,137 @@
+"""``specload deploy systemd``: a vLLM unit rewritten for a service variant.
+
+    specload deploy systemd --from /etc/systemd/system/vllm.service --variant ngram
+    specload deploy systemd --from vllm.service --variant eagle3 --draft-model /models/eagle3
+    specload deploy systemd --from vllm.service --variant suffix --spec '{"method":"suffix"}'
+
+Writes ``<stem>-<variant>.service`` beside the source (or ``--out``) and prints
+the diff. Everything but the speculative flags of ``ExecStart=`` is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from specload.deploy import speculative
+from specload.deploy.execline import ExecLineError
+from specload.deploy.systemd import rewrite_unit, unified_diff, variant_unit_path
+from specload.errors import UsageError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="deploy_target", metavar="TARGET")
+    sub.required = True
+    unit = sub.add_parser(
+        "systemd",
+        help="write a variant's unit from an existing vLLM unit",
+        description="Write a variant's systemd unit from an existing vLLM unit, "
+        "changing only the speculative flags of ExecStart=, and print the diff.",
+    )
+    unit.add_argument("--from", dest="source", required=True, metavar="UNIT",
+                      help="the existing vLLM .service unit")
+    unit.add_argument("--variant", required=True, metavar="NAME",
+                      help="baseline (no speculation), ngram, eagle3, or any name with --spec")
+    unit.add_argument("--spec", metavar="JSON",
+                      help="vLLM --speculative-config JSON (or @FILE) for the variant")
+    unit.add_argument("-k", "--num-speculative-tokens", type=int, metavar="K",
+                      help="tokens proposed per step (ngram: 3, eagle3: 3)")
+    unit.add_argument("--prompt-lookup-min", type=int, metavar="N", help="ngram: 2")
+    unit.add_argument("--prompt-lookup-max", type=int, metavar="N", help="ngram: 4")
+    unit.add_argument("--draft-model", metavar="PATH", help="eagle3: the draft head (required)")
+    unit.add_argument("--draft-tp", type=int, metavar="N",
+                      help="eagle3: draft tensor-parallel size (vLLM's default if omitted)")
+    unit.add_argument("--out", metavar="PATH",
+                      help="where to write (default: <stem>-<variant>.service beside --from)")
+    unit.add_argument("--force", action="store_true", help="overwrite an existing --out")
+    unit.add_argument("--dry-run", action="store_true", help="print the diff, write nothing")
+
+
+def _spec_text(value: str) -> str:
+    if not value.startswith("@"):
+        return value
+    path = Path(value[1:])
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--spec: cannot read {str(path)!r}: {exc.strerror}") from None
+
+
+def build_variant(args: argparse.Namespace) -> speculative.Variant:
+    name = speculative.check_variant_name(args.variant)
+    ngram_opts = {"--prompt-lookup-min": args.prompt_lookup_min,
+                  "--prompt-lookup-max": args.prompt_lookup_max}
+    eagle_opts = {"--draft-model": args.draft_model, "--draft-tp": args.draft_tp}
+    if args.spec is not None:
+        k_opt = {"--num-speculative-tokens": args.num_speculative_tokens}
+        extra = {**ngram_opts, **eagle_opts, **k_opt}
+        given = [flag for flag, value in extra.items() if value is not None]
+        if given:
+            raise UsageError(f"{given[0]}: not allowed with --spec (put it in the JSON)")
+        if name == "baseline":
+            raise UsageError("--spec: the baseline variant has no speculative config")
+        return speculative.from_json(name, _spec_text(args.spec))
+    if name == "baseline":
+        opts = {**ngram_opts, **eagle_opts, "--num-speculative-tokens": args.num_speculative_tokens}
+        given = [flag for flag, value in opts.items() if value is not None]
+        if given:
+            raise UsageError(f"{given[0]}: not allowed for --variant baseline")
+        return speculative.baseline()
+    k = args.num_speculative_tokens if args.num_speculative_tokens is not None else 3
+    if name == "ngram":
+        given = [flag for flag, value in eagle_opts.items() if value is not None]
+        if given:
+            raise UsageError(f"{given[0]}: not allowed for --variant ngram")
+        return speculative.ngram(
+            k,
+            args.prompt_lookup_min if args.prompt_lookup_min is not None else 2,
+            args.prompt_lookup_max if args.prompt_lookup_max is not None else 4,
+        )
+    if name == "eagle3":
+        given = [flag for flag, value in ngram_opts.items() if value is not None]
+        if given:
+            raise UsageError(f"{given[0]}: not allowed for --variant eagle3")
+        if args.draft_model is None:
+            raise UsageError("--draft-model: required for --variant eagle3")
+        return speculative.eagle3(args.draft_model, k, args.draft_tp)
+    raise UsageError(
+        f"--variant: {name!r} is not one of baseline, ngram, eagle3; "
+        "give its config with --spec JSON"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    variant = build_variant(args)
+    source = Path(args.source)
+    try:
+        old = source.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"--from: cannot read {args.source!r}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"--from: {args.source!r} is not UTF-8 text") from None
+    target = Path(args.out) if args.out else variant_unit_path(source, variant.name)
+    try:
+        rewrite = rewrite_unit(old, variant, where=args.source)
+    except ExecLineError as exc:
+        raise UsageError(f"--draft-model/--spec: {exc}") from None
+    for warning in rewrite.warnings:
+        print(f"specload: warning: {args.source}: {warning}", file=sys.stderr)
+    sys.stdout.write(unified_diff(old, rewrite.text, str(source), str(target)) or
+                     f"# {target}: no change from {source}\n")
+    if args.dry_run:
+        return 0
+    if target.resolve() == source.resolve():
+        raise UsageError(f"--out: {str(target)!r} is the source unit; write elsewhere")
+    if target.exists() and not args.force and target.read_text(encoding="utf-8") != rewrite.text:
+        raise UsageError(f"--out: {str(target)!r} exists and differs; use --force to overwrite")
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        tmp.write_text(rewrite.text, encoding="utf-8")
+        os.chmod(tmp, source.stat().st_mode & 0o777)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise UsageError(f"--out: cannot write {str(target)!r}: {exc.strerror}") from None
+    print(f"wrote {target}", file=sys.stderr)
+    return 0

@@ -1,0 +1,163 @@
+"""One chat completion request, measured: prompt in, :class:`RequestRecord` out.
+
+Faults in the target never escape: every failure becomes a record with
+``ok=False`` and an ``error_kind`` (``refused``, ``reset``, ``timeout``,
+``http_<code>``, ``malformed``, ``no_done``, ``protocol``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import gevent
+import orjson
+
+from specload.load.http import Connection, RequestFailed
+from specload.load.meter import MalformedChunk, StreamMeter, TokenCounter, meter_message
+from specload.load.records import RequestRecord
+from specload.prompts import Prompt
+from specload.sse import SSEDecoder
+from specload.urls import ServerURL
+
+DEFAULT_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class ChatSettings:
+    """What every request of a run shares (the load options)."""
+
+    model: str
+    variant: str = "default"
+    max_tokens: int | None = None  # None: the prompt's own budget
+    temperature: float | None = None
+    stream: bool = True
+    api_key: str | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    usage_stats: bool = True  # ask for include_usage + continuous_usage_stats
+
+    def __repr__(self) -> str:  # never show the API key
+        return (
+            f"ChatSettings(model={self.model!r}, variant={self.variant!r}, "
+            f"max_tokens={self.max_tokens}, stream={self.stream})"
+        )
+
+
+class ChatRequester:
+    """Sends chat completions over one kept-alive connection (one per user)."""
+
+    def __init__(
+        self,
+        url: ServerURL,
+        settings: ChatSettings,
+        *,
+        tokenizer: TokenCounter | None = None,
+        worker: str = "",
+    ) -> None:
+        self.url = url
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self.worker = worker
+        host, port = url.host_port
+        self.connection = Connection(host, port, tls=url.root.startswith("https:"))
+        self._path = url.chat_completions.split("://", 1)[1]
+        self._path = self._path[self._path.index("/") :]
+        auth = f"Authorization: Bearer {settings.api_key}\r\n" if settings.api_key else ""
+        accept = "text/event-stream" if settings.stream else "application/json"
+        self._headers = (
+            f"Content-Type: application/json\r\nAccept: {accept}\r\n{auth}"
+        ).encode()
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def body(self, prompt: Prompt) -> bytes:
+        s = self.settings
+        body: dict[str, Any] = {
+            "model": s.model,
+            "messages": prompt.messages,
+            "max_tokens": s.max_tokens if s.max_tokens is not None else prompt.max_tokens,
+            "stream": s.stream,
+        }
+        if s.temperature is not None:
+            body["temperature"] = s.temperature
+        if s.stream and s.usage_stats:
+            body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        return orjson.dumps(body)
+
+    def send(self, prompt: Prompt, step: str) -> RequestRecord:
+        s = self.settings
+        body = self.body(prompt)
+        headers = self._headers + f"X-Specload-Category: {prompt.category}\r\n".encode()
+        record = RequestRecord(
+            category=prompt.category,
+            step=step,
+            variant=s.variant,
+            model=s.model,
+            start_s=time.time(),
+            end_s=0.0,
+            stream=s.stream,
+            max_tokens=s.max_tokens if s.max_tokens is not None else prompt.max_tokens,
+            worker=self.worker,
+        )
+        want_text = self.tokenizer is not None or not s.stream
+        t0 = time.perf_counter()
+        meter = StreamMeter(t0, want_text=want_text)
+        body_parts: list[bytes] = []
+        if s.stream:
+            decoder = SSEDecoder()
+            dec_feed = decoder.feed
+            meter_feed = meter.feed
+
+            def on_body(data: bytes, now: float) -> None:
+                for payload in dec_feed(data):
+                    meter_feed(payload, now)
+
+        else:
+
+            def on_body(data: bytes, now: float) -> None:
+                body_parts.append(data)
+
+        try:
+            with gevent.Timeout(s.timeout_s, _RequestTimeout):
+                status = self.connection.request(
+                    "POST", self._path, body, headers, on_body
+                )
+            record.http_status = status
+            end = time.perf_counter()
+            if not s.stream:
+                try:
+                    message = orjson.loads(b"".join(body_parts))
+                except orjson.JSONDecodeError:
+                    raise MalformedChunk("response is not JSON") from None
+                if not isinstance(message, dict):
+                    raise MalformedChunk("response is not a JSON object")
+                meter_message(message, meter, end)
+            meter.finish(record, end, self.tokenizer)
+            if s.stream and not meter.done:
+                record.error_kind = "no_done"
+                record.error_detail = "stream ended without [DONE]"
+            else:
+                record.ok = True
+        except RequestFailed as exc:
+            record.error_kind = exc.kind
+            record.error_detail = exc.detail[:200]
+            record.http_status = exc.status
+            meter.finish(record, time.perf_counter(), self.tokenizer)
+        except _RequestTimeout:
+            self.connection.close()
+            record.error_kind = "timeout"
+            record.error_detail = f"no complete response within {s.timeout_s:g} s"
+            meter.finish(record, time.perf_counter(), self.tokenizer)
+        except MalformedChunk as exc:
+            self.connection.close()
+            record.error_kind = "malformed"
+            record.error_detail = str(exc)[:200]
+            meter.finish(record, time.perf_counter(), self.tokenizer)
+        record.end_s = record.start_s + (record.e2e_s or 0.0)
+        return record
+
+
+class _RequestTimeout(Exception):
+    """Raised by gevent.Timeout when a request runs past its timeout."""

@@ -1,0 +1,287 @@
+"""Token accounting and timing of one chat completion, chunk by chunk.
+
+A :class:`StreamMeter` is fed the SSE ``data`` payloads of a streamed
+response with the time each was read, and fills a :class:`RequestRecord`.
+Token counts, best source first:
+
+1. ``exact``: the server honours ``continuous_usage_stats`` — every chunk
+   carries cumulative ``usage.completion_tokens``, so each chunk's tokens and
+   its channel (reasoning or content) are known exactly;
+2. ``usage``: the final usage (``completion_tokens``, and
+   ``completion_tokens_details.reasoning_tokens`` for the split when non-zero);
+3. ``tokenizer``: the text of each channel tokenized locally (``--tokenizer``);
+4. ``chunks-estimate``: chunks counted, one token each — an estimate, marked.
+
+Reasoning text is read from ``delta.reasoning`` (vLLM >= 0.16) or
+``delta.reasoning_content`` (older), never both for one chunk.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import orjson
+
+from specload.histogram import Histogram
+from specload.load.records import RequestRecord
+
+_loads = orjson.loads
+
+
+class TokenCounter(Protocol):
+    """Counts the tokens of a text (a local tokenizer)."""
+
+    def count(self, text: str) -> int: ...
+
+
+class MalformedChunk(Exception):
+    """A chunk that is not the JSON of a chat completion chunk."""
+
+
+class StreamMeter:
+    """Accumulates one streamed response; call :meth:`finish` to fill the record."""
+
+    __slots__ = (
+        "_chunk_channel",
+        "_chunk_tokens",
+        "_gaps",
+        "_last_t",
+        "_prev_cum",
+        "_text_content",
+        "_text_reasoning",
+        "chunks_content",
+        "chunks_reasoning",
+        "continuous",
+        "done",
+        "final_usage",
+        "finish_reason",
+        "first_content_t",
+        "first_t",
+        "has_content_text",
+        "last_channel",
+        "t0",
+        "tokens_content_exact",
+        "tokens_reasoning_exact",
+        "unattributed",
+        "want_text",
+    )
+
+    def __init__(self, t0: float, *, want_text: bool = False) -> None:
+        self.t0 = t0
+        self.want_text = want_text
+        self.done = False
+        self.first_t: float | None = None
+        self.first_content_t: float | None = None
+        self._last_t = 0.0
+        self._gaps: list[float] = []
+        self._chunk_tokens: list[int] = []
+        self._chunk_channel: list[int] = []
+        self.chunks_reasoning = 0
+        self.chunks_content = 0
+        self.continuous = True  # until a token-bearing chunk arrives without usage
+        self._prev_cum = 0
+        self.tokens_reasoning_exact = 0
+        self.tokens_content_exact = 0
+        self.unattributed = 0
+        self.last_channel = 0  # 0 reasoning, 1 content
+        self.final_usage: dict[str, Any] | None = None
+        self.finish_reason: str | None = None
+        self.has_content_text = False
+        self._text_reasoning: list[str] = []
+        self._text_content: list[str] = []
+
+    # -- the hot path -----------------------------------------------------
+    def feed(self, payload: bytes, now: float) -> None:
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        try:
+            obj = _loads(payload)
+        except orjson.JSONDecodeError:
+            raise MalformedChunk(payload[:80].decode("utf-8", "replace")) from None
+        if type(obj) is not dict:
+            raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
+        usage = obj.get("usage")
+        choices = obj.get("choices")
+        reasoning = content = None
+        if choices:
+            choice = choices[0]
+            delta = choice.get("delta")
+            if delta:
+                reasoning = delta.get("reasoning")
+                if reasoning is None:
+                    reasoning = delta.get("reasoning_content")
+                content = delta.get("content")
+            fr = choice.get("finish_reason")
+            if fr is not None:
+                self.finish_reason = fr
+        elif choices is None and usage is None:
+            raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
+        ntok = -1
+        if usage:
+            self.final_usage = usage
+            cum = usage.get("completion_tokens")
+            if cum is not None:
+                ntok = cum - self._prev_cum
+                self._prev_cum = cum
+        has_text = bool(reasoning) or bool(content)
+        if not has_text:
+            if ntok > 0 and self.continuous:
+                # Tokens without text (a stop token, a final chunk): same channel as before.
+                if self.last_channel:
+                    self.tokens_content_exact += ntok
+                else:
+                    self.tokens_reasoning_exact += ntok
+            return
+        if ntok < 0:
+            self.continuous = False
+        if content:
+            channel = 1
+            self.chunks_content += 1
+            self.has_content_text = True
+            if self.first_content_t is None:
+                self.first_content_t = now
+            if reasoning:
+                # Both channels in one chunk: split later.
+                channel = 2
+                self.chunks_reasoning += 1
+        else:
+            channel = 0
+            self.chunks_reasoning += 1
+        self.last_channel = 1 if channel else 0
+        if self.want_text:
+            if reasoning:
+                self._text_reasoning.append(reasoning)
+            if content:
+                self._text_content.append(content)
+        if ntok >= 0:
+            if channel == 1:
+                self.tokens_content_exact += ntok
+            elif channel == 0:
+                self.tokens_reasoning_exact += ntok
+            else:
+                self.unattributed += ntok
+        if self.first_t is None:
+            self.first_t = now
+        else:
+            self._gaps.append(now - self._last_t)
+            self._chunk_tokens.append(ntok)
+        self._last_t = now
+
+    # -- the end ----------------------------------------------------------
+    def finish(
+        self,
+        record: RequestRecord,
+        end: float,
+        tokenizer: TokenCounter | None = None,
+    ) -> None:
+        """Fill ``record``'s timings, tokens and ITL histograms (``end``: perf_counter)."""
+        t0 = self.t0
+        record.e2e_s = end - t0
+        if self.first_t is not None:
+            record.ttft_s = self.first_t - t0
+        if self.first_content_t is not None:
+            record.ttfct_s = self.first_content_t - t0
+        chunks = len(self._gaps) + (1 if self.first_t is not None else 0)
+        record.chunks = chunks
+        record.finish_reason = self.finish_reason
+        usage = self.final_usage
+        if usage is not None and usage.get("prompt_tokens") is not None:
+            record.prompt_tokens = int(usage["prompt_tokens"])
+        reasoning, content, source, split = self._tokens(usage, tokenizer, chunks)
+        record.tokens_reasoning = reasoning
+        record.tokens_content = content
+        record.tokens_output = reasoning + content
+        record.token_count_source = source
+        record.channel_split_source = split
+        record.reasoning_truncated = self.finish_reason == "length" and content == 0
+        if record.ttft_s is not None and record.tokens_output > 1:
+            record.tpot_s = (record.e2e_s - record.ttft_s) / (record.tokens_output - 1)
+        gaps = self._gaps
+        if gaps:
+            per_chunk = Histogram()
+            per_token = Histogram()
+            coalesced = 0
+            exact = source == "exact"
+            avg_tokens = (record.tokens_output - 1) / len(gaps) if not exact else 0.0
+            for gap, ntok in zip(gaps, self._chunk_tokens, strict=True):
+                per_chunk.add(gap)
+                if gap == 0.0:
+                    coalesced += 1
+                if exact:
+                    if ntok > 0:
+                        per_token.add(gap / ntok, ntok)
+                elif avg_tokens > 0:
+                    per_token.add(gap / avg_tokens)
+            record.chunks_coalesced = coalesced
+            record.itl_chunk_hist = per_chunk
+            record.itl_token_hist = per_token if per_token.count else None
+
+    def _tokens(
+        self,
+        usage: dict[str, Any] | None,
+        tokenizer: TokenCounter | None,
+        chunks: int,
+    ) -> tuple[int, int, str, str]:
+        if self.continuous and self._prev_cum > 0:
+            reasoning = self.tokens_reasoning_exact
+            content = self.tokens_content_exact
+            if self.unattributed:
+                r_share = self._share_reasoning(tokenizer)
+                moved = round(self.unattributed * r_share)
+                reasoning += moved
+                content += self.unattributed - moved
+                return reasoning, content, "exact", "tokenizer" if tokenizer else "chunks-estimate"
+            return reasoning, content, "exact", "exact"
+        total = None
+        if usage is not None and usage.get("completion_tokens") is not None:
+            total = int(usage["completion_tokens"])
+        if total is not None:
+            details = usage.get("completion_tokens_details") if usage else None
+            r_details = (details or {}).get("reasoning_tokens") or 0
+            if r_details > 0:
+                r_details = min(int(r_details), total)
+                return r_details, total - r_details, "usage", "usage-details"
+            if self.chunks_content == 0:
+                return total, 0, "usage", "single-channel"
+            if self.chunks_reasoning == 0:
+                return 0, total, "usage", "single-channel"
+            r_share = self._share_reasoning(tokenizer)
+            reasoning = round(total * r_share)
+            return reasoning, total - reasoning, "usage", (
+                "tokenizer" if tokenizer else "chunks-estimate"
+            )
+        if tokenizer is not None and self.want_text:
+            reasoning = tokenizer.count("".join(self._text_reasoning))
+            content = tokenizer.count("".join(self._text_content))
+            return reasoning, content, "tokenizer", "tokenizer"
+        return self.chunks_reasoning, self.chunks_content, "chunks-estimate", "chunks-estimate"
+
+    def _share_reasoning(self, tokenizer: TokenCounter | None) -> float:
+        if tokenizer is not None and self.want_text:
+            r = tokenizer.count("".join(self._text_reasoning))
+            c = tokenizer.count("".join(self._text_content))
+        elif self.want_text:
+            r = sum(len(t) for t in self._text_reasoning)
+            c = sum(len(t) for t in self._text_content)
+        else:
+            r, c = self.chunks_reasoning, self.chunks_content
+        return r / (r + c) if r + c else 0.0
+
+
+def meter_message(message: dict[str, Any], meter: StreamMeter, now: float) -> None:
+    """Account a non-streamed response (``choices[0].message``) as one chunk."""
+    choices = message.get("choices") or [{}]
+    msg = choices[0].get("message") or {}
+    reasoning = msg.get("reasoning")
+    if reasoning is None:
+        reasoning = msg.get("reasoning_content")
+    delta = {"reasoning": reasoning, "content": msg.get("content")}
+    chunk: dict[str, Any] = {
+        "choices": [{"delta": delta, "finish_reason": choices[0].get("finish_reason")}]
+    }
+    if message.get("usage") is not None:
+        chunk["usage"] = message["usage"]
+    meter.feed(orjson.dumps(chunk), now)
+    meter.continuous = False  # one chunk: the usage is final usage, not per-chunk
+    meter.done = True

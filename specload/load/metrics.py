@@ -1,0 +1,172 @@
+"""Client metrics on ``/metrics``, served by the master (or the single process).
+
+Every family is built fresh on each scrape from counts kept here (fed with
+:meth:`ClientMetrics.observe` for every completed request), labelled with
+``variant``, ``model``, ``category`` and ``step``. Bucket boundaries:
+:data:`specload.histogram.LATENCY_BUCKETS_S` for TTFT, TTFCT and E2E,
+:data:`specload.histogram.ITL_BUCKETS_S` for TPOT and ITL.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from specload.errors import UsageError
+from specload.histogram import ITL_BUCKETS_S, LATENCY_BUCKETS_S, BucketCounts
+from specload.load.records import RequestRecord
+
+log = logging.getLogger(__name__)
+
+LABELS = ("variant", "model", "category", "step")
+_LATENCY = ("ttft", "ttfct", "e2e")
+_PER_TOKEN = ("tpot", "itl")
+
+
+@dataclass
+class _Series:
+    hists: dict[str, BucketCounts] = field(
+        default_factory=lambda: {
+            **{n: BucketCounts(LATENCY_BUCKETS_S) for n in _LATENCY},
+            **{n: BucketCounts(ITL_BUCKETS_S) for n in _PER_TOKEN},
+        }
+    )
+    tokens: dict[str, int] = field(default_factory=lambda: {"reasoning": 0, "content": 0})
+    outcomes: dict[str, int] = field(default_factory=lambda: {"ok": 0, "failed": 0})
+    errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    truncated: int = 0
+    chunks: int = 0
+
+
+class ClientMetrics:
+    """A Prometheus collector of the client's view (a ``collect()`` per scrape)."""
+
+    def __init__(
+        self,
+        users: Callable[[], int] = lambda: 0,
+        lost_requests: Callable[[], int] = lambda: 0,
+    ) -> None:
+        self._series: dict[tuple[str, str, str, str], _Series] = {}
+        self._users = users
+        self._lost = lost_requests
+
+    def observe(self, r: RequestRecord) -> None:
+        key = (r.variant, r.model, r.category, r.step)
+        s = self._series.get(key)
+        if s is None:
+            s = self._series[key] = _Series()
+        s.tokens["reasoning"] += r.tokens_reasoning
+        s.tokens["content"] += r.tokens_content
+        s.chunks += r.chunks
+        if r.ok:
+            s.outcomes["ok"] += 1
+            h = s.hists
+            if r.ttft_s is not None:
+                h["ttft"].add(r.ttft_s)
+            if r.ttfct_s is not None:
+                h["ttfct"].add(r.ttfct_s)
+            if r.e2e_s is not None:
+                h["e2e"].add(r.e2e_s)
+            if r.tpot_s is not None:
+                h["tpot"].add(r.tpot_s)
+            if r.itl_token_hist is not None:
+                itl = h["itl"]
+                for value, count in r.itl_token_hist.buckets():
+                    itl.add(value, count)
+        else:
+            s.outcomes["failed"] += 1
+            s.errors[r.error_kind or "unknown"] += 1
+        if r.reasoning_truncated:
+            s.truncated += 1
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        hist_help = {
+            "ttft": "Time to first token of any channel (reasoning or content).",
+            "ttfct": "Time to first content token (after reasoning).",
+            "e2e": "End-to-end request latency.",
+            "tpot": "Time per output token: (e2e - ttft) / (output tokens - 1), per request.",
+            "itl": "Inter-token latency per token: each chunk gap divided by its tokens.",
+        }
+        for name, doc in hist_help.items():
+            fam = HistogramMetricFamily(f"specload_client_{name}_seconds", doc, labels=LABELS)
+            for key, s in self._series.items():
+                b = s.hists[name]
+                fam.add_metric(list(key), b.cumulative(), b.sum)
+            yield fam
+        tok = CounterMetricFamily(
+            "specload_client_output_tokens", "Output tokens received, by channel.",
+            labels=(*LABELS, "channel"),
+        )
+        req = CounterMetricFamily(
+            "specload_client_requests", "Requests finished, by outcome (ok, failed).",
+            labels=(*LABELS, "outcome"),
+        )
+        err = CounterMetricFamily(
+            "specload_client_errors", "Failed requests by error class.", labels=(*LABELS, "kind")
+        )
+        trunc = CounterMetricFamily(
+            "specload_client_reasoning_truncated",
+            "Requests that hit their token limit with zero content tokens.", labels=LABELS,
+        )
+        chunks = CounterMetricFamily(
+            "specload_client_chunks", "Stream chunks carrying tokens (tokens per chunk = "
+            "output tokens / chunks).", labels=LABELS,
+        )
+        for key, s in self._series.items():
+            labels = list(key)
+            for channel, n in s.tokens.items():
+                tok.add_metric([*labels, channel], n)
+            for outcome, n in s.outcomes.items():
+                req.add_metric([*labels, outcome], n)
+            for kind, n in sorted(s.errors.items()):
+                err.add_metric([*labels, kind], n)
+            trunc.add_metric(labels, s.truncated)
+            chunks.add_metric(labels, s.chunks)
+        yield from (tok, req, err, trunc, chunks)
+        yield GaugeMetricFamily("specload_client_users", "Locust users running.",
+                                value=self._users())
+        yield CounterMetricFamily(
+            "specload_client_requests_lost",
+            "Requests started on workers that went missing, never reported.",
+            value=self._lost(),
+        )
+
+
+def parse_address(text: str) -> tuple[str, int] | None:
+    """``HOST:PORT``, ``:PORT`` or ``PORT`` -> (host, port); ``off``/empty -> None."""
+    t = text.strip()
+    if t.lower() in ("", "off", "none", "0"):
+        return None
+    host, sep, port = t.rpartition(":")
+    if not sep:
+        host, port = "0.0.0.0", t
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        number = int(port)
+    except ValueError:
+        raise UsageError(f"--metrics-address: {text!r} is not HOST:PORT") from None
+    if not 0 <= number <= 65535:
+        raise UsageError(f"--metrics-address: port {number} out of range")
+    return host, number
+
+
+def serve(metrics: ClientMetrics, address: tuple[str, int]) -> tuple[Any, int]:
+    """Serve ``metrics`` on ``address`` in a background thread; return (server, port)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(metrics)
+    server, _thread = start_http_server(address[1], addr=address[0], registry=registry)
+    return server, int(server.server_address[1])

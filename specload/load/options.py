@@ -1,0 +1,65 @@
+"""specload's options, added to Locust's parser (each with an environment variable)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from specload.errors import UsageError
+
+DEFAULT_METRICS_ADDRESS = "0.0.0.0:9647"
+DEFAULT_STEP = "run"
+
+
+def _bool(text: str) -> bool:
+    t = str(text).strip().lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean (true/false)")
+
+
+def add_options(parser: Any) -> None:
+    """Add specload's options to a Locust (configargparse) parser."""
+    add = parser.add_argument
+    add("--prompts", default="builtin", env_var="SPECLOAD_PROMPTS",
+        help="prompt set: builtin, builtin:CAT[,CAT], a .jsonl file or a ShareGPT .json file")
+    add("--prompt-seed", type=int, default=0, env_var="SPECLOAD_PROMPT_SEED",
+        help="seed of the prompt order (reproducible)")
+    add("--max-tokens", type=int, default=None, env_var="SPECLOAD_MAX_TOKENS",
+        help="max_tokens of every request (default: each prompt's category budget)")
+    add("--temperature", type=float, default=None, env_var="SPECLOAD_TEMPERATURE",
+        help="sampling temperature (default: the server's)")
+    add("--model", default="", env_var="SPECLOAD_MODEL",
+        help="model name (default: the first id from /v1/models)")
+    add("--variant", default="default", env_var="SPECLOAD_VARIANT",
+        help="service variant name labelling every result (baseline, ngram, eagle3…)")
+    add("--api-key", default="", env_var="SPECLOAD_API_KEY", is_secret=True,
+        help="API key sent as a Bearer token (never logged)")
+    add("--stream", type=_bool, default=True, env_var="SPECLOAD_STREAM",
+        help="stream responses (true/false, default true)")
+    add("--usage-stats", type=_bool, default=True, env_var="SPECLOAD_USAGE_STATS",
+        help="ask for include_usage + continuous_usage_stats (true/false, default true)")
+    add("--request-timeout", type=float, default=600.0, env_var="SPECLOAD_REQUEST_TIMEOUT",
+        help="seconds before a request counts as a timeout")
+    add("--tokenizer", default="", env_var="SPECLOAD_TOKENIZER",
+        help="tokenizer.json or model folder, to count tokens of servers that send no usage")
+    add("--metrics-address", default=DEFAULT_METRICS_ADDRESS, env_var="SPECLOAD_METRICS_ADDRESS",
+        include_in_web_ui=False,
+        help="HOST:PORT for the client's Prometheus /metrics (master or single process); off")
+    add("--step", default=DEFAULT_STEP, env_var="SPECLOAD_STEP", include_in_web_ui=False,
+        help="initial step label of the samples (sweeps change it)")
+
+
+def validate(options: Any) -> None:
+    """Raise :class:`UsageError` naming the option for bad values."""
+    if options.max_tokens is not None and options.max_tokens < 1:
+        raise UsageError(f"--max-tokens: {options.max_tokens} must be at least 1")
+    if options.request_timeout <= 0:
+        raise UsageError(f"--request-timeout: {options.request_timeout} must be positive")
+    if options.temperature is not None and options.temperature < 0:
+        raise UsageError(f"--temperature: {options.temperature} must be non-negative")
+    if options.tokenizer and not os.path.exists(options.tokenizer):
+        raise UsageError(f"--tokenizer: {options.tokenizer!r} does not exist")

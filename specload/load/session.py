@@ -1,0 +1,421 @@
+"""The load generator's state in one Locust process, and its runner messages.
+
+One :class:`LoadSession` per Locust ``Environment`` (``get_session(env)``).
+Its role follows the runner: ``local`` (single process), ``master`` or
+``worker``. Users run on ``local`` and ``worker`` processes; records are
+*published* (aggregated, exposed on ``/metrics``, handed to subscribers) on
+``local`` and ``master`` processes.
+
+Runner messages (registered in ``events.init``):
+
+- ``specload:records`` worker -> master, every 0.25 s and at each stats
+  report: ``{"records": [RequestRecord.to_dict(include_histograms=True)…],
+  "started": n}`` — every completed request travels, so the master's
+  aggregates equal a single process's exactly;
+- ``specload:step`` master -> workers: ``{"name": step, "seq": n}``; also sent
+  to each worker when it connects.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gevent
+import gevent.lock
+import orjson
+
+from specload.errors import UsageError
+from specload.load.aggregate import Aggregator, Stats
+from specload.load.chat import ChatRequester, ChatSettings
+from specload.load.http import Connection, RequestFailed
+from specload.load.meter import TokenCounter
+from specload.load.metrics import ClientMetrics, parse_address, serve
+from specload.load.options import DEFAULT_STEP, validate
+from specload.load.records import RequestRecord
+from specload.prompts import Prompt, PromptSampler, load_prompt_set
+from specload.urls import ServerURL, parse_server_url
+
+log = logging.getLogger("specload.load")
+
+MSG_RECORDS = "specload:records"
+MSG_STEP = "specload:step"
+FLUSH_INTERVAL_S = 0.25
+
+RecordCallback = Callable[[RequestRecord], None]
+
+
+@dataclass
+class _WorkerCount:
+    started: int = 0
+    received: int = 0
+    missing_logged: bool = False
+
+
+class LoadSession:
+    """Per-process state: options, prompts, the current step, aggregates, subscribers."""
+
+    def __init__(self, environment: Any) -> None:
+        self.environment = environment
+        self.role = "local"
+        opts = getattr(environment, "parsed_options", None)
+        self.options = opts
+        self.step: str = getattr(opts, "step", DEFAULT_STEP) or DEFAULT_STEP
+        self.step_seq = 0
+        self.aggregator = Aggregator()
+        self.metrics = ClientMetrics(users=self._user_count, lost_requests=self.lost_requests)
+        self.metrics_port: int | None = None
+        self._metrics_server: Any = None
+        self._subscribers: list[RecordCallback] = []
+        self._pending: list[dict[str, Any]] = []
+        self.started = 0
+        self.published = 0
+        self._workers: dict[str, _WorkerCount] = {}
+        self._prompts: list[Prompt] | None = None
+        self._sampler: PromptSampler | None = None
+        self._tokenizer: TokenCounter | None = None
+        self._settings: ChatSettings | None = None
+        self._settings_lock = gevent.lock.Semaphore()
+        self._greenlets: list[gevent.Greenlet] = []
+
+    # -- public API ---------------------------------------------------------
+    def subscribe(self, callback: RecordCallback) -> None:
+        """Call ``callback(record)`` for every completed request (on local/master)."""
+        self._subscribers.append(callback)
+
+    def set_step(self, name: str) -> None:
+        """Label requests started from now on with ``name``; propagated to all workers."""
+        if not name or not isinstance(name, str):
+            raise ValueError("a step name must be a non-empty string")
+        self.step_seq += 1
+        self.step = name
+        runner = self.environment.runner
+        if self.role == "master" and runner is not None:
+            runner.send_message(MSG_STEP, {"name": name, "seq": self.step_seq})
+
+    def lost_requests(self) -> int:
+        """Requests started on workers now missing or gone that never reported back."""
+        runner = self.environment.runner
+        if self.role != "master" or runner is None:
+            return 0
+        lost = 0
+        for node_id, count in self._workers.items():
+            client = runner.clients.get(node_id)
+            if client is None or client.state == "missing":
+                lost += max(0, count.started - count.received)
+        return lost
+
+    # -- wiring (events.init) ---------------------------------------------
+    def attach(self, runner: Any) -> None:
+        # Locust monkey-patches on import: only when a runner exists.
+        from locust.runners import MasterRunner, WorkerRunner  # noqa: PLC0415
+
+        opts = self.options
+        if opts is not None:
+            try:
+                validate(opts)
+                self._load_prompts()
+                if opts.tokenizer and not isinstance(runner, MasterRunner):
+                    from specload.load.tokenizer import LocalTokenizer  # noqa: PLC0415
+
+                    self._tokenizer = LocalTokenizer(opts.tokenizer)
+            except UsageError as exc:
+                raise SystemExit(f"specload: error: {exc}") from None
+        if isinstance(runner, MasterRunner):
+            self.role = "master"
+            runner.register_message(MSG_RECORDS, self._on_records)
+            self.environment.events.worker_connect.add_listener(self._on_worker_connect)
+            self._greenlets.append(gevent.spawn(self._watch_workers))
+        elif isinstance(runner, WorkerRunner):
+            self.role = "worker"
+            runner.register_message(MSG_STEP, self._on_step)
+            self.environment.events.report_to_master.add_listener(
+                lambda client_id, data: self.flush()
+            )
+            self.environment.events.test_stop.add_listener(lambda **kw: self.flush())
+            self._greenlets.append(gevent.spawn(self._flush_loop))
+        else:
+            self.role = "local"
+        if self.role != "worker" and opts is not None:
+            try:
+                _ = self.url
+            except UsageError as exc:
+                raise SystemExit(f"specload: error: {exc}") from None
+        if self.role != "worker":
+            self._start_metrics()
+            self.environment.events.quitting.add_listener(self._on_quitting)
+
+    def _start_metrics(self) -> None:
+        text = getattr(self.options, "metrics_address", "off") if self.options else "off"
+        try:
+            address = parse_address(text)
+        except UsageError as exc:
+            raise SystemExit(f"specload: error: {exc}") from None
+        if address is None:
+            return
+        try:
+            self._metrics_server, self.metrics_port = serve(self.metrics, address)
+        except OSError as exc:
+            log.warning("specload: cannot serve client metrics on %s: %s", text, exc.strerror)
+            return
+        log.info("specload: client metrics on http://%s:%d/metrics", address[0], self.metrics_port)
+
+    def _user_count(self) -> int:
+        runner = self.environment.runner
+        return int(getattr(runner, "user_count", 0) or 0) if runner is not None else 0
+
+    # -- users (local and worker processes) --------------------------------
+    def _load_prompts(self) -> list[Prompt]:
+        if self._prompts is None:
+            spec = getattr(self.options, "prompts", "builtin") if self.options else "builtin"
+            self._prompts = load_prompt_set(spec)
+        return self._prompts
+
+    def next_prompt(self) -> Prompt:
+        if self._sampler is None:
+            seed = getattr(self.options, "prompt_seed", 0) if self.options else 0
+            index = getattr(self.environment.runner, "worker_index", 0) or 0
+            self._sampler = PromptSampler(self._load_prompts(), seed, index)
+        return next(self._sampler)
+
+    @property
+    def url(self) -> ServerURL:
+        host = self.environment.host or ""
+        if not host:
+            raise UsageError("--host: no target URL given")
+        return parse_server_url(host)
+
+    def settings(self) -> ChatSettings:
+        """The load options, with the model detected from /v1/models when not given."""
+        if self._settings is not None:
+            return self._settings
+        with self._settings_lock:
+            if self._settings is None:
+                o = self.options
+                model = (getattr(o, "model", "") if o else "") or detect_model(
+                    self.url, getattr(o, "api_key", "") if o else ""
+                )
+                self._settings = ChatSettings(
+                    model=model,
+                    variant=(getattr(o, "variant", "") if o else "") or "default",
+                    max_tokens=getattr(o, "max_tokens", None) if o else None,
+                    temperature=getattr(o, "temperature", None) if o else None,
+                    stream=getattr(o, "stream", True) if o else True,
+                    api_key=(getattr(o, "api_key", "") if o else "") or None,
+                    timeout_s=getattr(o, "request_timeout", 600.0) if o else 600.0,
+                    usage_stats=getattr(o, "usage_stats", True) if o else True,
+                )
+        return self._settings
+
+    def new_requester(self) -> ChatRequester:
+        runner = self.environment.runner
+        worker = str(getattr(runner, "client_id", "") or "") if self.role == "worker" else ""
+        return ChatRequester(self.url, self.settings(), tokenizer=self._tokenizer, worker=worker)
+
+    def failed_record(self, prompt: Prompt, step: str, exc: RequestFailed) -> RequestRecord:
+        """A record for a request that could not even be built (model detection failed)."""
+        now = time.time()
+        o = self.options
+        return RequestRecord(
+            category=prompt.category, step=step,
+            variant=(getattr(o, "variant", "") if o else "") or "default",
+            model=(getattr(o, "model", "") if o else "") or "unknown",
+            start_s=now, end_s=now, error_kind=exc.kind, error_detail=exc.detail[:200],
+            http_status=exc.status, e2e_s=0.0,
+        )
+
+    def request_started(self) -> str:
+        """Count a request and return the step it belongs to."""
+        self.started += 1
+        return self.step
+
+    def complete(self, record: RequestRecord) -> None:
+        """A user finished a request: Locust stats here, publish locally or queue for master."""
+        fire_locust_events(self.environment, record)
+        if self.role == "worker":
+            self._pending.append(record.to_dict(include_histograms=True))
+        else:
+            self._publish(record)
+
+    # -- publishing (local and master) --------------------------------------
+    def _publish(self, record: RequestRecord) -> None:
+        self.published += 1
+        self.aggregator.add(record)
+        self.metrics.observe(record)
+        for callback in self._subscribers:
+            try:
+                callback(record)
+            except Exception:
+                log.exception("specload: a record subscriber failed")
+
+    # -- worker side ---------------------------------------------------------
+    def flush(self) -> None:
+        runner = self.environment.runner
+        if runner is None or (not self._pending and self.started == 0):
+            return
+        batch, self._pending = self._pending, []
+        try:
+            runner.send_message(MSG_RECORDS, {"records": batch, "started": self.started})
+        except Exception as exc:  # the master is gone: keep the records for the next try
+            self._pending[:0] = batch
+            log.debug("specload: could not send records: %s", exc)
+
+    def _flush_loop(self) -> None:
+        sent_started = -1
+        while True:
+            gevent.sleep(FLUSH_INTERVAL_S)
+            if self._pending or sent_started != self.started:
+                sent_started = self.started
+                self.flush()
+
+    def _on_step(self, environment: Any, msg: Any, **kw: Any) -> None:
+        data = msg.data or {}
+        seq = int(data.get("seq", 0))
+        if seq >= self.step_seq:
+            self.step_seq = seq
+            self.step = str(data["name"])
+
+    # -- master side ---------------------------------------------------------
+    def _on_records(self, environment: Any, msg: Any, **kw: Any) -> None:
+        data = msg.data or {}
+        count = self._workers.setdefault(msg.node_id, _WorkerCount())
+        count.started = max(count.started, int(data.get("started", 0)))
+        for d in data.get("records", ()):
+            count.received += 1
+            try:
+                record = RequestRecord.from_dict(d)
+            except (TypeError, KeyError, ValueError) as exc:
+                log.warning("specload: dropped a bad record from %s: %s", msg.node_id, exc)
+                continue
+            self._publish(record)
+
+    def _on_worker_connect(self, client_id: str, **kw: Any) -> None:
+        self._workers.setdefault(client_id, _WorkerCount())
+        runner = self.environment.runner
+        if runner is not None:
+            runner.send_message(
+                MSG_STEP, {"name": self.step, "seq": self.step_seq}, client_id=client_id
+            )
+
+    def _watch_workers(self) -> None:
+        while True:
+            gevent.sleep(1.0)
+            runner = self.environment.runner
+            if runner is None:
+                continue
+            for node_id, count in self._workers.items():
+                client = runner.clients.get(node_id)
+                gone = client is None or client.state == "missing"
+                if gone and not count.missing_logged:
+                    count.missing_logged = True
+                    log.warning(
+                        "specload: worker %s went missing: %d requests started there were "
+                        "never reported (counted in specload_client_requests_lost_total)",
+                        node_id, max(0, count.started - count.received),
+                    )
+
+    def _on_quitting(self, environment: Any, **kw: Any) -> None:
+        prefix = getattr(self.options, "csv_prefix", None) if self.options else None
+        if prefix:
+            write_csv(Path(f"{prefix}_specload.csv"), self.aggregator)
+        if self._metrics_server is not None:
+            self._metrics_server.shutdown()
+            self._metrics_server = None
+
+
+def detect_model(url: ServerURL, api_key: str = "") -> str:
+    """The first model id from ``/v1/models``; raises :class:`RequestFailed`."""
+    host, port = url.host_port
+    conn = Connection(host, port, tls=url.root.startswith("https:"))
+    path = url.models.split("://", 1)[1]
+    path = path[path.index("/") :]
+    auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
+    parts: list[bytes] = []
+    try:
+        with gevent.Timeout(30, RequestFailed("timeout", "GET /v1/models")):
+            conn.request(
+                "GET", path, None, f"Accept: application/json\r\n{auth}".encode(),
+                lambda data, now: parts.append(data),
+            )
+    finally:
+        conn.close()
+    try:
+        models = orjson.loads(b"".join(parts))
+        return str(models["data"][0]["id"])
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        raise RequestFailed("malformed", "GET /v1/models: no model id in the answer") from None
+
+
+def fire_locust_events(environment: Any, r: RequestRecord) -> None:
+    """Locust's own stats (web UI, --csv): the request, and TTFT/TPOT per category."""
+    fire = environment.events.request.fire
+    exc = None if r.ok else Exception(f"{r.error_kind}: {r.error_detail or ''}".strip())
+    fire(
+        request_type="CHAT", name=r.category, response_time=(r.e2e_s or 0.0) * 1000,
+        response_length=r.tokens_output, exception=exc, context={"step": r.step},
+    )
+    if r.ok:
+        if r.ttft_s is not None:
+            fire(request_type="TTFT", name=r.category, response_time=r.ttft_s * 1000,
+                 response_length=0, exception=None, context={})
+        if r.tpot_s is not None:
+            fire(request_type="TPOT", name=r.category, response_time=r.tpot_s * 1000,
+                 response_length=0, exception=None, context={})
+
+
+CSV_COLUMNS = (
+    "step", "category", "completed", "failed", "output_tokens", "reasoning_tokens",
+    "content_tokens", "output_tokens_per_s", "median_ttft_ms", "p90_ttft_ms", "median_ttfct_ms",
+    "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "median_itl_ms", "median_e2e_ms",
+    "tokens_per_chunk", "reasoning_truncated",
+)
+
+
+def stats_row(step: str, category: str, s: Stats) -> dict[str, Any]:
+    def ms(v: float | None) -> str:
+        return "" if v is None else f"{v * 1000:.3f}"
+
+    span = (s.last_end_s or 0.0) - (s.first_start_s or 0.0)
+    return {
+        "step": step, "category": category, "completed": s.completed, "failed": s.failed,
+        "output_tokens": s.tokens_output, "reasoning_tokens": s.tokens_reasoning,
+        "content_tokens": s.tokens_content,
+        "output_tokens_per_s": f"{s.tokens_output / span:.1f}" if span > 0 else "",
+        "median_ttft_ms": ms(s.ttft.quantile(0.5)), "p90_ttft_ms": ms(s.ttft.quantile(0.9)),
+        "median_ttfct_ms": ms(s.ttfct.quantile(0.5)),
+        "median_tpot_ms": ms(s.tpot.quantile(0.5)), "p90_tpot_ms": ms(s.tpot.quantile(0.9)),
+        "p99_tpot_ms": ms(s.tpot.quantile(0.99)), "median_itl_ms": ms(s.itl.quantile(0.5)),
+        "median_e2e_ms": ms(s.e2e.quantile(0.5)),
+        "tokens_per_chunk": f"{s.tokens_per_chunk:.3f}" if s.tokens_per_chunk else "",
+        "reasoning_truncated": s.reasoning_truncated,
+    }
+
+
+def write_csv(path: Path, aggregator: Aggregator) -> None:
+    """Per step and category, then per step (category ``all``); written atomically."""
+    rows = []
+    for step in aggregator.steps:
+        for category in aggregator.categories:
+            if (step, category) in aggregator.stats:
+                rows.append(stats_row(step, category, aggregator.stats[(step, category)]))
+        rows.append(stats_row(step, "all", aggregator.total(step=step)))
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    tmp.replace(path)
+
+
+def get_session(environment: Any) -> LoadSession:
+    """The :class:`LoadSession` of a Locust environment (created on first use)."""
+    session: LoadSession | None = getattr(environment, "_specload_session", None)
+    if session is None:
+        session = LoadSession(environment)
+        environment._specload_session = session
+    return session

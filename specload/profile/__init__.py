@@ -1,0 +1,10 @@
+"""All-reduce share of decode time from vLLM's torch-profiler traces.
+
+- :mod:`specload.profile.tracefile` writes and streams torch-profiler Chrome traces.
+- :mod:`specload.profile.kernels` classifies all-reduce work by name (one table).
+- :mod:`specload.profile.analysis` turns trace files into a :class:`ProfileReport`.
+- :mod:`specload.profile.capture` drives ``/start_profile`` and ``/stop_profile``.
+- :mod:`specload.profile.cli` is ``specload profile analyze|capture``.
+"""
+
+from __future__ import annotations

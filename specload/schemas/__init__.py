@@ -1,0 +1,1 @@
+"""JSON Schemas of the files specload writes (``summary.schema.json``)."""

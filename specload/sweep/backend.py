@@ -1,0 +1,194 @@
+"""Locust as the sweep's load backend: one process, or a master with worker processes.
+
+Importing this module imports Locust, which monkey-patches the process with
+gevent; ``specload run`` imports it only when it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import gevent
+from locust import events
+from locust.argument_parser import get_parser
+from locust.env import Environment
+from locust.runners import MasterRunner, Runner
+
+from specload import load as load_api
+from specload.errors import UsageError
+from specload.load.records import RequestRecord
+from specload.sweep import locustfile
+from specload.sweep.locustfile import MSG_PACE, SweepUser, get_pacer
+from specload.sweep.plan import Level
+
+log = logging.getLogger("specload.sweep")
+
+WORKER_CONNECT_TIMEOUT_S = 60.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class LocustBackend:
+    """Implements :class:`specload.sweep.driver.LoadBackend` with Locust runners."""
+
+    def __init__(
+        self,
+        *,
+        host: str,
+        load_options: Mapping[str, Any],
+        worker_argv: Sequence[str],
+        worker_env: Mapping[str, str],
+        workers: int = 0,
+        expect_workers: int | None = None,
+        master_bind_host: str = "127.0.0.1",
+        master_bind_port: int | None = None,
+        log_dir: Path | None = None,
+    ) -> None:
+        self.host = host
+        self.workers = workers
+        self.expect_workers = expect_workers if expect_workers is not None else workers
+        self.distributed = self.expect_workers > 0
+        self.master_bind_host = master_bind_host
+        self.master_bind_port = master_bind_port or (free_port() if self.distributed else 0)
+        self.log_dir = log_dir
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._logs: list[IO[bytes]] = []
+        self._pace_seq = 0
+        parser = get_parser()
+        opts = parser.parse_args(["--headless", "--host", host])
+        for dest, value in load_options.items():
+            setattr(opts, dest, value)
+        self.options = opts
+        self.env = Environment(
+            user_classes=[SweepUser],
+            events=events,
+            host=host,
+            parsed_options=opts,
+            locustfile=locustfile.__file__,
+        )
+        self.runner: Runner
+        if self.distributed:
+            self.runner = self.env.create_master_runner(master_bind_host, self.master_bind_port)
+        else:
+            self.runner = self.env.create_local_runner()
+        self.env.events.init.fire(environment=self.env, runner=self.runner, web_ui=None)  # type: ignore[no-untyped-call]
+        self._worker_argv = list(worker_argv)
+        self._worker_env = dict(worker_env)
+
+    # -- set-up -----------------------------------------------------------------
+    def subscribe(self, callback: load_api.RecordCallback) -> None:
+        load_api.subscribe(self.env, callback)
+
+    @property
+    def metrics_port(self) -> int | None:
+        port: int | None = load_api.get_session(self.env).metrics_port
+        return port
+
+    def start_workers(self) -> None:
+        """Start the local worker processes and wait for every expected worker to connect."""
+        if not self.distributed:
+            return
+        for i in range(self.workers):
+            cmd = [
+                sys.executable,
+                "-m",
+                "locust",
+                "-f",
+                locustfile.__file__,
+                "--worker",
+                "--master-host",
+                "127.0.0.1",
+                "--master-port",
+                str(self.master_bind_port),
+                *self._worker_argv,
+            ]
+            env = {**os.environ, **self._worker_env}
+            out: IO[bytes] | int = subprocess.DEVNULL
+            if self.log_dir is not None:
+                fh = (self.log_dir / f"worker-{i}.log").open("ab")
+                self._logs.append(fh)
+                out = fh
+            self._procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env))
+        assert isinstance(self.runner, MasterRunner)
+        deadline = time.monotonic() + WORKER_CONNECT_TIMEOUT_S
+        while len(self.runner.clients.ready) < self.expect_workers:
+            dead = [p for p in self._procs if p.poll() is not None]
+            if dead:
+                raise UsageError(
+                    f"--workers: a worker process exited with status {dead[0].returncode} "
+                    f"(see {self.log_dir or 'its output'})"
+                )
+            if time.monotonic() > deadline:
+                raise UsageError(
+                    f"--workers: {len(self.runner.clients.ready)} of {self.expect_workers} "
+                    f"workers connected to port {self.master_bind_port} after "
+                    f"{WORKER_CONNECT_TIMEOUT_S:g}s"
+                )
+            gevent.sleep(0.1)
+
+    # -- LoadBackend --------------------------------------------------------------
+    def set_step(self, step: str) -> None:
+        load_api.set_step(self.env, step)
+
+    def _pace(self, rate: float | None) -> None:
+        self._pace_seq += 1
+        if isinstance(self.runner, MasterRunner):
+            n = max(1, len(self.runner.clients.ready))
+            per_worker = None if rate is None else rate / n
+            self.runner.send_message(MSG_PACE, {"rate": per_worker, "seq": self._pace_seq})
+        else:
+            get_pacer(self.env).set_rate(rate, self._pace_seq)
+
+    def start(self, level: Level) -> None:
+        self._pace(level.request_rate)
+        users = level.users
+        self.runner.start(users, spawn_rate=float(max(users, 1)))
+
+    def pause(self) -> None:
+        self.runner.stop()
+        self._pace(None)
+
+    def stop(self) -> None:
+        self.runner.stop()
+        self._pace(None)
+
+    def user_count(self) -> int:
+        return int(self.runner.user_count)
+
+    def close(self) -> None:
+        """Quit the runner (workers too) and reap the worker processes."""
+        try:
+            self.runner.quit()
+        except Exception:
+            log.exception("specload: stopping Locust failed")
+        self.env.events.quitting.fire(environment=self.env, reverse=True)  # type: ignore[no-untyped-call]
+        deadline = time.monotonic() + 10.0
+        for proc in self._procs:
+            while proc.poll() is None and time.monotonic() < deadline:
+                gevent.sleep(0.05)
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        for fh in self._logs:
+            fh.close()
+
+
+def record_dict(record: RequestRecord) -> dict[str, Any]:
+    return record.to_dict(include_histograms=True)

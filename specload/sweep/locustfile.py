@@ -1,0 +1,101 @@
+"""The sweep's Locust entry file: specload's chat users, paced for open-loop levels.
+
+``specload run`` loads it in its own process (single process or master) and
+starts local workers with it; workers on other hosts use it too::
+
+    locust -f $(python -c 'import specload.sweep.locustfile as m; print(m.__file__)') \\
+        --worker --master-host MASTER
+
+Closed loop: each user sends its next request when the last one ends.
+Open loop (``--request-rate``): a per-process :class:`Pacer` issues tickets at
+Poisson arrival times; a user takes a ticket before each request, so at most
+``max_concurrency`` requests are in flight and arrivals beyond that queue
+(like ``vllm bench serve --max-concurrency``). The master splits the rate
+among its workers with the ``specload:pace`` runner message.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import gevent
+import gevent.queue
+from locust import events
+from locust.runners import WorkerRunner
+
+# The module, not the class: Locust would run every User class found in this file.
+from specload.load import user as _chat
+
+MSG_PACE = "specload:pace"
+
+
+class Pacer:
+    """Poisson arrivals at ``rate`` per second as tickets in a queue; ``None`` = closed loop."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        self.rate: float | None = None
+        self.seq = 0
+        self._tickets: gevent.queue.Queue[int] = gevent.queue.Queue()
+        self._greenlet: gevent.Greenlet[Any, Any] | None = None
+        self._rng = random.Random(seed)
+
+    def set_rate(self, rate: float | None, seq: int = 0) -> None:
+        if seq and seq < self.seq:
+            return
+        self.seq = seq or self.seq + 1
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
+            self._greenlet = None
+        while not self._tickets.empty():  # a new level starts without a backlog
+            self._tickets.get_nowait()
+        self.rate = rate if rate and rate > 0 else None
+        if self.rate is not None:
+            self._greenlet = gevent.spawn(self._arrivals, self.rate)
+
+    def _arrivals(self, rate: float) -> None:
+        while True:
+            gevent.sleep(self._rng.expovariate(rate))
+            self._tickets.put(1)
+
+    def wait(self) -> None:
+        if self.rate is not None:
+            self._tickets.get()
+
+    def backlog(self) -> int:
+        return int(self._tickets.qsize())
+
+
+def get_pacer(environment: Any) -> Pacer:
+    pacer: Pacer | None = getattr(environment, "_specload_pacer", None)
+    if pacer is None:
+        pacer = Pacer()
+        environment._specload_pacer = pacer
+    return pacer
+
+
+class SweepUser(_chat.ChatUser):
+    """A chat user that takes a pacing ticket before each request (open loop only)."""
+
+    def on_start(self) -> None:
+        super().on_start()
+        get_pacer(self.environment).wait()
+
+    def wait_time(self) -> float:
+        get_pacer(self.environment).wait()
+        return 0.0
+
+
+def _on_pace(environment: Any, msg: Any, **kw: Any) -> None:
+    data = msg.data or {}
+    get_pacer(environment).set_rate(data.get("rate"), int(data.get("seq", 0)))
+
+
+def _on_init(environment: Any, runner: Any = None, **kw: Any) -> None:
+    # The master only sends paces (it runs no users); a local runner is paced directly.
+    if isinstance(runner, WorkerRunner):
+        runner.register_message(MSG_PACE, _on_pace)
+
+
+events.init.add_listener(_on_init)  # type: ignore[no-untyped-call]
+__all__ = ["MSG_PACE", "Pacer", "SweepUser", "get_pacer"]

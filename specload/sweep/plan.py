@@ -1,0 +1,155 @@
+"""A sweep plan: the levels to measure, each with a warm-up and a measured window.
+
+Pure data, built from command-line values and validated here, so every bad
+option becomes one line naming the option.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from specload.durations import parse_duration
+from specload.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of a sweep.
+
+    Closed loop: ``concurrency`` users, each sending its next request when the
+    last one ends. Open loop: Poisson arrivals at ``request_rate`` per second,
+    at most ``max_concurrency`` in flight.
+    """
+
+    index: int
+    concurrency: int | None
+    request_rate: float | None
+    max_concurrency: int | None
+    warmup_s: float
+    duration_s: float | None
+    requests: int | None
+
+    @property
+    def name(self) -> str:
+        """The step label of the measured window (bounded, stable): ``c16`` or ``r2.5``."""
+        if self.concurrency is not None:
+            return f"c{self.concurrency}"
+        assert self.request_rate is not None
+        return f"r{self.request_rate:g}"
+
+    @property
+    def warmup_name(self) -> str:
+        return f"{self.name}-warmup"
+
+    @property
+    def users(self) -> int:
+        """Locust users to run: the concurrency, or the open-loop in-flight cap."""
+        if self.concurrency is not None:
+            return self.concurrency
+        assert self.max_concurrency is not None
+        return self.max_concurrency
+
+    @property
+    def load(self) -> float:
+        """The x value of plots: concurrency or request rate."""
+        return float(self.concurrency if self.concurrency is not None else self.request_rate or 0.0)
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    levels: tuple[Level, ...]
+    mode: str  # "closed" or "open"
+
+    @property
+    def step_names(self) -> tuple[str, ...]:
+        return tuple(level.name for level in self.levels)
+
+    def planned_seconds(self) -> float | None:
+        """Warm-ups plus measured windows, when every window is a duration."""
+        total = 0.0
+        for level in self.levels:
+            if level.duration_s is None:
+                return None
+            total += level.warmup_s + level.duration_s
+        return total
+
+
+def parse_int_list(text: str, *, name: str) -> list[int]:
+    items = [part.strip() for part in str(text).split(",")]
+    if not any(items):
+        raise UsageError(f"{name}: empty list (give levels like 1,4,16,64)")
+    values: list[int] = []
+    for item in items:
+        if not item:
+            raise UsageError(f"{name}: {text!r} has an empty item")
+        try:
+            value = int(item)
+        except ValueError:
+            raise UsageError(f"{name}: {item!r} is not a whole number") from None
+        if value < 1:
+            raise UsageError(f"{name}: {item!r} must be at least 1")
+        values.append(value)
+    if len(set(values)) != len(values):
+        raise UsageError(f"{name}: {text!r} repeats a level")
+    return values
+
+
+def parse_float_list(text: str, *, name: str) -> list[float]:
+    items = [part.strip() for part in str(text).split(",")]
+    if not any(items):
+        raise UsageError(f"{name}: empty list (give rates like 0.5,1,2)")
+    values: list[float] = []
+    for item in items:
+        try:
+            value = float(item)
+        except ValueError:
+            raise UsageError(f"{name}: {item!r} is not a number") from None
+        if not math.isfinite(value) or value <= 0:
+            raise UsageError(f"{name}: {item!r} must be a positive number")
+        values.append(value)
+    if len(set(values)) != len(values):
+        raise UsageError(f"{name}: {text!r} repeats a level")
+    return values
+
+
+def build_plan(
+    *,
+    concurrency: str | None,
+    request_rate: str | None,
+    max_concurrency: int | None,
+    warmup: str | float,
+    duration: str | float | None,
+    requests: int | None,
+) -> SweepPlan:
+    """Validate the sweep options and return the plan (raises :class:`UsageError`)."""
+    if concurrency is not None and request_rate is not None:
+        raise UsageError("--concurrency and --request-rate are exclusive (closed or open loop)")
+    warmup_s = parse_duration(warmup, name="--warmup")
+    if duration is not None and requests is not None:
+        raise UsageError("--duration and --requests are exclusive (a window by time or by count)")
+    duration_s: float | None = None
+    if requests is not None:
+        if requests < 1:
+            raise UsageError(f"--requests: {requests} must be at least 1")
+    else:
+        duration_s = parse_duration(
+            duration if duration is not None else "60s", name="--duration", allow_zero=False
+        )
+    if max_concurrency is not None and max_concurrency < 1:
+        raise UsageError(f"--max-concurrency: {max_concurrency} must be at least 1")
+    if request_rate is not None:
+        rates = parse_float_list(request_rate, name="--request-rate")
+        cap = max_concurrency if max_concurrency is not None else 256
+        levels = tuple(
+            Level(i, None, rate, cap, warmup_s, duration_s, requests)
+            for i, rate in enumerate(rates)
+        )
+        return SweepPlan(levels, "open")
+    counts = parse_int_list(
+        concurrency if concurrency is not None else "1,4,16,64", name="--concurrency"
+    )
+    levels = tuple(
+        Level(i, c, None, None, warmup_s, duration_s, requests) for i, c in enumerate(counts)
+    )
+    return SweepPlan(levels, "closed")

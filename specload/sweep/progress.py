@@ -1,0 +1,166 @@
+"""The live progress display: rich on a terminal, plain lines otherwise."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from specload.sweep.driver import SweepDriver
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} ms"
+
+
+def snapshot(driver: SweepDriver) -> dict[str, Any]:
+    """What the display shows, as plain values (tested without a terminal)."""
+    state = driver.current
+    out: dict[str, Any] = {"note": driver.phase_note, "records": driver.records}
+    if state is None:
+        out["level"] = None
+        return out
+    index = driver.states.index(state)
+    window = state.window if state.phase == "measure" else state.warmup
+    now = driver.clock()
+    elapsed = window.active_s(now) if window is not None else 0.0
+    agg = state.aggregate.all
+    out.update(
+        level=state.level.name,
+        index=index + 1,
+        levels=len(driver.states),
+        phase=state.phase,
+        elapsed_s=elapsed,
+        target_s=window.target_s if window is not None else None,
+        target_requests=window.target_requests if window is not None else None,
+        completed=agg.completed,
+        failed=agg.failed,
+        median_tpot_ms=agg.median_ms("tpot"),
+        output_tok_s=(agg.tokens_output / elapsed)
+        if state.phase == "measure" and elapsed > 0
+        else None,
+        errors=dict(agg.errors),
+    )
+    return out
+
+
+def describe(snap: dict[str, Any]) -> str:
+    if snap.get("level") is None:
+        return snap.get("note") or "starting"
+    target = (
+        f"{snap['target_s']:.0f}s"
+        if snap.get("target_s") is not None
+        else f"{snap.get('target_requests')} requests"
+    )
+    tok = snap.get("output_tok_s")
+    errors = ", ".join(f"{k} {v}" for k, v in sorted(snap["errors"].items())) or "none"
+    text = (
+        f"level {snap['index']}/{snap['levels']} {snap['level']} {snap['phase']} "
+        f"{snap['elapsed_s']:.1f}s/{target} | requests {snap['completed']} ok "
+        f"{snap['failed']} failed | median TPOT {_ms(snap['median_tpot_ms'])} | "
+        f"output {'-' if tok is None else f'{tok:.1f}'} tok/s | errors {errors}"
+    )
+    if snap.get("note"):
+        text += f" | {snap['note']}"
+    return text
+
+
+class Progress:
+    """``mode``: ``rich`` (a live table), ``plain`` (a line every few seconds), ``off``."""
+
+    def __init__(self, mode: str = "auto", stream: TextIO | None = None, every_s: float = 5.0):
+        self.stream = stream or sys.stderr
+        if mode == "auto":
+            mode = "rich" if self.stream.isatty() else "plain"
+        self.mode = mode
+        self.every_s = every_s
+        self._last = 0.0
+        self._last_line = ""
+        self._live: Live | None = None
+        self._console = Console(file=self.stream)
+
+    def message(self, text: str) -> None:
+        if self.mode == "off":
+            return
+        if self._live is not None:
+            self._live.console.print(text)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def countdown(self, left_s: float, problem: str, what: str) -> None:
+        now = time.monotonic()
+        if self.mode == "off" or now - self._last < (0.25 if self.mode == "rich" else self.every_s):
+            return
+        self._last = now
+        text = f"waiting for {what}: {problem}; giving up in {left_s:.0f}s"
+        if self.mode == "rich":
+            self._ensure_live().update(text, refresh=True)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def _ensure_live(self) -> Live:
+        if self._live is None:
+            self._live = Live(console=self._console, auto_refresh=False, transient=False)
+            self._live.start()
+        return self._live
+
+    def tick(self, driver: SweepDriver) -> None:
+        if self.mode == "off":
+            return
+        now = time.monotonic()
+        snap = snapshot(driver)
+        if self.mode == "rich":
+            if now - self._last < 0.25:
+                return
+            self._last = now
+            self._ensure_live().update(self._table(snap), refresh=True)
+            return
+        line = describe(snap)
+        key = f"{snap.get('level')}/{snap.get('phase')}/{snap.get('note')}"
+        if now - self._last >= self.every_s or key != self._last_line:
+            self._last = now
+            self._last_line = key
+            print(line, file=self.stream, flush=True)
+
+    def _table(self, snap: dict[str, Any]) -> Table:
+        table = Table(show_header=True, header_style="bold", box=None)
+        for col in (
+            "level",
+            "phase",
+            "elapsed",
+            "requests",
+            "failed",
+            "median TPOT",
+            "output tok/s",
+            "errors",
+        ):
+            table.add_column(col)
+        if snap.get("level") is None:
+            table.add_row("-", snap.get("note") or "starting", "", "", "", "", "", "")
+            return table
+        target = (
+            f"/{snap['target_s']:.0f}s"
+            if snap.get("target_s") is not None
+            else f" ({snap.get('target_requests')} req)"
+        )
+        tok = snap.get("output_tok_s")
+        table.add_row(
+            f"{snap['index']}/{snap['levels']} {snap['level']}",
+            snap["phase"] + (f" ({snap['note']})" if snap.get("note") else ""),
+            f"{snap['elapsed_s']:.1f}s{target}",
+            str(snap["completed"]),
+            str(snap["failed"]),
+            _ms(snap["median_tpot_ms"]),
+            "-" if tok is None else f"{tok:.1f}",
+            ", ".join(f"{k} {v}" for k, v in sorted(snap["errors"].items())) or "-",
+        )
+        return table
+
+    def close(self) -> None:
+        if self._live is not None:
+            self._live.stop()
+            self._live = None
