@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
 import time
 from typing import Any
@@ -161,10 +162,8 @@ def main() -> None:
     )
     server.start()
     print(f"listening on {args.host}:{srv.sockets[0].getsockname()[1]}", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         loop.run_forever()
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

@@ -59,7 +59,7 @@ class Exporter:
         cfg: ExporterConfig,
         *,
         sources: Sequence[tuple[str, FamilySource]] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx.BaseTransport | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.cfg = cfg

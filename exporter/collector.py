@@ -90,24 +90,29 @@ class ExporterCollector(Collector):
             return
         stats = self._stats()
         yield CounterMetricFamily(
-            "specload_exporter_polls", "Poll cycles over all targets.", value=stats.cycles_total
+            "specload_exporter_polls", "Polls of targets' /metrics.", value=stats.polls_total
         )
-        if stats.last_duration_s is not None:
+        yield CounterMetricFamily(
+            "specload_exporter_poll_cpu_seconds",
+            "CPU time spent polling targets (fetch, parse, derive).",
+            value=stats.cpu_total_s,
+        )
+        if stats.round_duration_s is not None:
             yield GaugeMetricFamily(
                 "specload_exporter_poll_duration_seconds",
-                "Wall time of the last poll cycle over all targets.",
-                value=stats.last_duration_s,
+                "Wall time of the last poll round (the slowest target's last poll).",
+                value=stats.round_duration_s,
             )
-        if stats.last_cpu_s is not None:
+        if stats.round_cpu_s is not None:
             yield GaugeMetricFamily(
-                "specload_exporter_poll_cpu_seconds",
-                "CPU time the poller thread used in the last poll cycle.",
-                value=stats.last_cpu_s,
+                "specload_exporter_poll_round_cpu_seconds",
+                "CPU time of the last poll round: every target's last poll, summed.",
+                value=stats.round_cpu_s,
             )
         if stats.last_end_s is not None:
             yield GaugeMetricFamily(
                 "specload_exporter_last_poll_timestamp_seconds",
-                "When the last poll cycle ended (Unix time).",
+                "When the last poll ended (Unix time).",
                 value=stats.last_end_s,
             )
 

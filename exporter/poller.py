@@ -1,24 +1,24 @@
-"""Polls every target concurrently on an interval, in one background thread.
+"""Polls every target on an interval, each in its own thread.
 
-The thread runs an asyncio loop with one ``httpx.AsyncClient``; each cycle
-polls all targets at once (each bounded by its own deadline), so a slow or
-hanging vLLM delays only its own view and a Prometheus scrape never waits on
-any of them: scrapes read the latest views.
+Each target has a thread, an ``httpx.Client`` and a lock; its polls start on a
+common schedule (every ``interval`` from the same origin), so a slow or
+hanging vLLM delays only its own view, and a Prometheus scrape never waits on
+any of them: scrapes read the latest views. :meth:`Poller.once` polls all
+targets concurrently and waits (``--once``, tests, the benchmark).
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import httpx
 
+from exporter.fetch import DEFAULT_HEADERS
 from exporter.target import TargetMonitor
 
 log = logging.getLogger("specload.exporter")
@@ -26,10 +26,21 @@ log = logging.getLogger("specload.exporter")
 
 @dataclass(frozen=True)
 class PollStats:
-    cycles_total: int = 0
-    last_duration_s: float | None = None  # wall time of the last cycle
-    last_cpu_s: float | None = None  # CPU time of the poll thread in the last cycle
+    polls_total: int = 0
+    cpu_total_s: float = 0.0  # CPU of all polls so far
+    round_duration_s: float | None = None  # wall time of the slowest target's last poll
+    round_cpu_s: float | None = None  # CPU of every target's last poll, summed
     last_end_s: float | None = None
+
+
+@dataclass
+class _Slot:
+    monitor: TargetMonitor
+    client: httpx.Client
+    lock: threading.Lock
+    last_duration_s: float | None = None
+    last_cpu_s: float | None = None
+    thread: threading.Thread | None = None
 
 
 class Poller:
@@ -38,110 +49,100 @@ class Poller:
         targets: Sequence[TargetMonitor],
         *,
         interval_s: float,
-        transport: httpx.AsyncBaseTransport | None = None,
+        transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.targets = list(targets)
         self.interval_s = interval_s
-        self.stats = PollStats()
-        self._transport = transport
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._client: httpx.AsyncClient | None = None
-        self._started = threading.Event()
-        self._cycle_lock: asyncio.Lock | None = None
+        self._slots = [_Slot(t, self._make_client(transport), threading.Lock()) for t in targets]
+        self._stop = threading.Event()
+        self._stats_lock = threading.Lock()
+        self._polls = 0
+        self._cpu_total = 0.0
+        self._last_end: float | None = None
+        self._origin = time.monotonic()
 
-    def _make_client(self) -> httpx.AsyncClient:
-        n = max(1, len(self.targets))
-        return httpx.AsyncClient(
-            transport=self._transport,
-            timeout=httpx.Timeout(30.0),  # each fetch has its own overall deadline
-            limits=httpx.Limits(max_connections=4 * n, max_keepalive_connections=2 * n),
+    @property
+    def targets(self) -> list[TargetMonitor]:
+        return [s.monitor for s in self._slots]
+
+    @staticmethod
+    def _make_client(transport: httpx.BaseTransport | None) -> httpx.Client:
+        return httpx.Client(
+            transport=transport,
+            headers=DEFAULT_HEADERS,
+            limits=httpx.Limits(max_connections=2, max_keepalive_connections=1),
             follow_redirects=False,
             trust_env=False,
         )
 
-    async def cycle(self, client: httpx.AsyncClient) -> None:
-        """Poll every target once, concurrently (one cycle at a time)."""
-        if self._cycle_lock is None:
-            self._cycle_lock = asyncio.Lock()
-        async with self._cycle_lock:
-            await self._cycle(client)
+    @property
+    def stats(self) -> PollStats:
+        durations = [s.last_duration_s for s in self._slots if s.last_duration_s is not None]
+        cpus = [s.last_cpu_s for s in self._slots if s.last_cpu_s is not None]
+        with self._stats_lock:
+            return PollStats(
+                polls_total=self._polls,
+                cpu_total_s=self._cpu_total,
+                round_duration_s=max(durations) if durations else None,
+                round_cpu_s=sum(cpus) if cpus else None,
+                last_end_s=self._last_end,
+            )
 
-    async def _cycle(self, client: httpx.AsyncClient) -> None:
-        t0, c0 = time.perf_counter(), time.thread_time()
-        results = await asyncio.gather(
-            *(t.poll(client) for t in self.targets), return_exceptions=True
-        )
-        for target, res in zip(self.targets, results, strict=True):
-            if isinstance(res, BaseException):
-                # A bug in our own code must not stop the others or the exporter.
-                log.error("polling %s failed: %r", target.cfg.variant, res)
-        s = self.stats
-        self.stats = PollStats(
-            cycles_total=s.cycles_total + 1,
-            last_duration_s=time.perf_counter() - t0,
-            last_cpu_s=time.thread_time() - c0,
-            last_end_s=time.time(),
-        )
+    def _poll(self, slot: _Slot) -> None:
+        with slot.lock:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                slot.monitor.poll(slot.client)
+            except Exception:
+                # A bug in our own code must not stop this target's thread or the exporter.
+                log.exception("polling %s failed", slot.monitor.cfg.variant)
+            cpu = time.thread_time() - c0
+            slot.last_duration_s = time.perf_counter() - t0
+            slot.last_cpu_s = cpu
+        with self._stats_lock:
+            self._polls += 1
+            self._cpu_total += cpu
+            self._last_end = time.time()
 
-    async def _main(self) -> None:
-        self._stop = asyncio.Event()
-        self._loop = asyncio.get_running_loop()
-        async with self._make_client() as client:
-            self._client = client
-            self._started.set()
-            while not self._stop.is_set():
-                started = time.monotonic()
-                await self.cycle(client)
-                wait = max(0.0, self.interval_s - (time.monotonic() - started))
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), wait)
-            self._client = None
-
-    def _run(self) -> None:
-        try:
-            asyncio.run(self._main())
-        except Exception:  # pragma: no cover - logged, the scrape side keeps answering
-            log.exception("poller stopped")
-        finally:
-            self._started.set()
+    def _loop(self, slot: _Slot) -> None:
+        interval = self.interval_s
+        while not self._stop.is_set():
+            self._poll(slot)
+            # Next tick of the common schedule (skipping ticks a slow poll overran).
+            now = time.monotonic()
+            ticks = int((now - self._origin) / interval) + 1
+            if self._stop.wait(max(0.0, self._origin + ticks * interval - now)):
+                return
 
     def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(
-            target=self._run, name="specload-exporter-poller", daemon=True
-        )
-        self._thread.start()
-        self._started.wait(10)
+        self._stop.clear()
+        self._origin = time.monotonic()
+        for slot in self._slots:
+            if slot.thread is None:
+                slot.thread = threading.Thread(
+                    target=self._loop,
+                    args=(slot,),
+                    name=f"specload-poll-{slot.monitor.cfg.variant}",
+                    daemon=True,
+                )
+                slot.thread.start()
 
     def once(self) -> None:
-        """One cycle in the calling thread, without the background thread (``--once``)."""
+        """Poll every target once, concurrently, and wait for all of them."""
+        if not self._slots:
+            return
+        if len(self._slots) == 1:
+            self._poll(self._slots[0])
+            return
+        with ThreadPoolExecutor(len(self._slots), thread_name_prefix="specload-once") as pool:
+            list(pool.map(self._poll, self._slots))
 
-        async def go() -> None:
-            async with self._make_client() as client:
-                await self.cycle(client)
-
-        asyncio.run(go())
-
-    def poll_now(self, timeout_s: float = 60.0) -> None:
-        """Run one extra cycle on the poller's loop and wait for it (tests, ``--once``)."""
-        loop, client = self._loop, self._client
-        if loop is None or client is None:
-            raise RuntimeError("poller is not running")
-        fut = asyncio.run_coroutine_threadsafe(self.cycle(client), loop)
-        try:
-            fut.result(timeout_s)
-        except concurrent.futures.TimeoutError:
-            fut.cancel()
-            raise
+    poll_now = once
 
     def stop(self) -> None:
-        loop, stop = self._loop, self._stop
-        if loop is not None and stop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(stop.set)
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+        self._stop.set()
+        for slot in self._slots:
+            if slot.thread is not None:
+                slot.thread.join(timeout=60)
+                slot.thread = None
+        for slot in self._slots:
+            slot.client.close()

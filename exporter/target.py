@@ -78,9 +78,10 @@ class TargetMonitor:
         if lines:
             self.log_state.feed(lines, self.clock())
 
-    async def poll(self, client: httpx.AsyncClient) -> None:
+    def poll(self, client: httpx.Client) -> None:
+        """Read the log, fetch /metrics (and /version after a start), fold it in."""
         self.read_log()
-        result = await fetch(
+        result = fetch(
             client,
             self.cfg.url.metrics,
             timeout_s=self.timeout_s,
@@ -90,10 +91,10 @@ class TargetMonitor:
         reading = self.apply(result, self.clock())
         if reading is not None and self._version_for != reading.process_start_s:
             self._version_for = reading.process_start_s
-            await self._ask_version(client)
+            self._ask_version(client)
 
-    async def _ask_version(self, client: httpx.AsyncClient) -> None:
-        res = await fetch(
+    def _ask_version(self, client: httpx.Client) -> None:
+        res = fetch(
             client,
             self.cfg.url.version,
             timeout_s=self.timeout_s,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -87,8 +88,25 @@ class Histogram:
         self.max = max(self.max, value)
 
     def extend(self, values: Iterable[float]) -> None:
-        for v in values:
-            self.add(v)
+        """Add many values at once (several times faster than :meth:`add` in a loop)."""
+        vals = values if isinstance(values, list) else list(values)
+        if not vals:
+            return
+        log = math.log
+        ceil = math.ceil
+        lg = self._log_gamma
+        positive = [v for v in vals if v > 0]
+        zeros = len(vals) - len(positive)
+        counts = self._counts
+        for i, c in Counter([ceil(log(v) / lg) for v in positive]).items():
+            counts[i] = counts.get(i, 0) + c
+        self.zero_count += zeros
+        self.count += len(vals)
+        self.sum += math.fsum(vals)
+        lo = min(vals)
+        hi = max(vals)
+        self.min = min(self.min, lo)
+        self.max = max(self.max, hi)
 
     def merge(self, other: Histogram) -> None:
         """Add every sample of ``other`` (same accuracy) into this histogram."""

@@ -254,104 +254,187 @@ def _parse_float(text: str, lineno: int, line: str) -> float:
 def parse(text: str, keep: Callable[[str], bool] | None = None) -> Exposition:
     """Parse exposition text into families.
 
-    ``keep(family_name)`` returning False skips that family's samples cheaply
-    (their labels are not parsed; the line is still checked for a value).
-    Raises :class:`PromTextError` on malformed input.
+    ``keep(family_name)`` returning False skips that family cheaply: a block of
+    lines that follows its ``# HELP``/``# TYPE`` header and whose lines all
+    start with the family's name is passed over without reading each line
+    (so a value error inside a skipped family goes unnoticed); anything else is
+    parsed line by line. Raises :class:`PromTextError` on malformed input.
     """
-    families = Exposition()
-    # sample name -> family, learnt from # TYPE lines (and cached per sample name).
-    owner: dict[str, Family | None] = {}
-    typed: dict[str, Family] = {}
-    kept: dict[str, bool] = {}
-    # Identical label blocks share one dict: treat Sample.labels as read-only.
-    block_cache: dict[str, Labels] = {}
-    lineno = 0
-    for raw in text.split("\n"):
-        lineno += 1
-        line = raw
-        if not line:
-            continue
-        first = line[0]
-        if first == "#":
-            _parse_comment(line, lineno, families, typed, owner)
-            continue
-        if first in " \t":
-            line = line.strip()
+    state = _ParseState(keep)
+    if keep is None:
+        state.feed(text.split("\n"), 1)
+        return state.families
+    # Segments begin at comment lines; a # HELP/# TYPE segment of an unwanted family
+    # whose lines all start with its name is skipped with a few C-level counts.
+    find, count, startswith = text.find, text.count, text.startswith
+    n = len(text)
+    seg = 0
+    lineno = 1
+    while seg < n:
+        nxt = find("\n#", seg + 1)
+        end = n if nxt == -1 else nxt + 1
+        if startswith(("# HELP ", "# TYPE "), seg):
+            eol = find("\n", seg, end)
+            if eol == -1:
+                eol = end
+            parts = text[seg:eol].split(None, 3)
+            if (
+                len(parts) > 2
+                and not state.wanted(parts[2])
+                and _only_family_lines(text, eol + 1, end, parts, state)
+            ):
+                lineno += count("\n", seg, end)
+                seg = end
+                continue
+        lines = text[seg:end].split("\n")
+        state.feed(lines, lineno)
+        lineno += len(lines) - 1
+        seg = end
+    return state.families
+
+
+def _only_family_lines(
+    text: str, body: int, end: int, header: list[str], state: _ParseState
+) -> bool:
+    """True if every line in ``text[body:end]`` starts with the header's family name (or is blank).
+
+    Registers the family (empty, with its type) so later lookups agree.
+    """
+    name = header[2]
+    kind = header[3].strip() if header[1] == "TYPE" and len(header) > 3 else ""
+    if kind and kind not in _VALUE_TYPES and kind not in _DIST_TYPES:
+        return False  # let the line parser report it
+    base = name[:-6] if kind == "counter" and name.endswith("_total") else name
+    if body < end:
+        total = text.count("\n", body, end) + (0 if text[end - 1] == "\n" else 1)
+        blank = text.count("\n\n", body - 1, end)
+        starting = text.count("\n" + base, body - 1, end)
+        if starting + blank != total:
+            return False
+    state.skipped(name, kind)
+    return True
+
+
+_DIST_TYPES = frozenset({"histogram", "gaugehistogram", "summary"})
+
+
+class _ParseState:
+    """Families found so far; :meth:`feed` parses lines into them."""
+
+    def __init__(self, keep: Callable[[str], bool] | None) -> None:
+        self.keep = keep
+        self.families = Exposition()
+        # sample name -> family, learnt from # TYPE lines (and cached per sample name).
+        self.owner: dict[str, Family | None] = {}
+        self.typed: dict[str, Family] = {}
+        self.kept: dict[str, bool] = {}
+        # Identical label blocks share one dict: treat Sample.labels as read-only.
+        self.block_cache: dict[str, Labels] = {}
+
+    def wanted(self, fam_name: str) -> bool:
+        want = self.kept.get(fam_name)
+        if want is None:
+            want = self.keep is None or self.keep(fam_name)
+            self.kept[fam_name] = want
+        return want
+
+    def skipped(self, name: str, kind: str) -> None:
+        """A family passed over by the segment filter: known (empty), not parsed."""
+        fam = self.typed.get(name)
+        if fam is None:
+            fam = Family(name, kind or "untyped")
+            self.families[name] = fam
+            self.typed[name] = fam
+            self.owner.clear()
+        elif kind:
+            fam.type = kind
+
+    def feed(self, lines: list[str], first_lineno: int) -> None:
+        families, typed, owner = self.families, self.typed, self.owner
+        block_cache = self.block_cache
+        wanted = self.wanted
+        lineno = first_lineno - 1
+        for raw in lines:
+            lineno += 1
+            line = raw
             if not line:
                 continue
-            if line[0] == "#":
+            first = line[0]
+            if first == "#":
                 _parse_comment(line, lineno, families, typed, owner)
                 continue
-        brace = line.find("{")
-        space = line.find(" ")
-        if brace != -1 and (space == -1 or brace < space):
-            name = line[:brace]
-            rest_start = -1  # labels to parse
-        else:
-            if space == -1:
-                raise PromTextError(lineno, "sample without a value", line)
-            name = line[:space]
-            rest_start = space
-        fam = owner.get(name, _MISSING)
-        if fam is _MISSING:
-            fam = _resolve(name, typed)
-            owner[name] = fam
-        if fam is None:
-            if not _NAME_RE.match(name):
-                raise PromTextError(lineno, f"bad metric name {name!r}", line)
-            fam = Family(name)
-            families[name] = fam
-            typed[name] = fam
-            owner[name] = fam
-        fam_name = fam.name
-        want = kept.get(fam_name)
-        if want is None:
-            want = keep is None or keep(fam_name)
-            kept[fam_name] = want
-        if rest_start == -1:
-            if not want:
-                # Cheap check only: the value follows the last '}'.
-                close = line.rfind("}")
-                if close == -1:
-                    raise PromTextError(lineno, "unterminated labels", line)
-                rest = line[close + 1 :]
-                parts = rest.split()
-                if not parts or len(parts) > 2:
-                    raise PromTextError(lineno, "expected a value (and optional timestamp)", line)
-                _parse_float(parts[0], lineno, line)
-                continue
-            close = line.rfind("}")
-            if close > brace and "\\" not in line:
-                block = line[brace + 1 : close]
-                cached = block_cache.get(block)
-                if cached is None:
-                    if _BLOCK_RE.fullmatch(block) is None:
-                        raise PromTextError(lineno, "malformed labels", line)
-                    cached = dict(_PAIRS_RE.findall(block))
-                    block_cache[block] = cached
-                labels = cached
-                rest = line[close + 1 :]
+            if first in " \t\r":
+                line = line.strip()
+                if not line:
+                    continue
+                if line[0] == "#":
+                    _parse_comment(line, lineno, families, typed, owner)
+                    continue
+            brace = line.find("{")
+            space = line.find(" ")
+            if brace != -1 and (space == -1 or brace < space):
+                name = line[:brace]
+                rest_start = -1  # labels to parse
             else:
-                labels, after = _parse_labels(line, brace + 1, lineno, line)
-                rest = line[after:]
-        else:
-            labels = {}
-            rest = line[rest_start:]
-        parts = rest.split()
-        n = len(parts)
-        if n == 1:
-            value = _parse_float(parts[0], lineno, line)
-            ts = None
-        elif n == 2:
-            value = _parse_float(parts[0], lineno, line)
-            ts = _parse_float(parts[1], lineno, line)
-            if not math.isfinite(ts):
-                raise PromTextError(lineno, "bad timestamp", line)
-        else:
-            raise PromTextError(lineno, "expected a value (and optional timestamp)", line)
-        if want:
-            fam.samples.append(Sample(name, labels, value, ts))
-    return families
+                if space == -1:
+                    raise PromTextError(lineno, "sample without a value", line)
+                name = line[:space]
+                rest_start = space
+            fam = owner.get(name, _MISSING)
+            if fam is _MISSING:
+                fam = _resolve(name, typed)
+                owner[name] = fam
+            if fam is None:
+                if not _NAME_RE.match(name):
+                    raise PromTextError(lineno, f"bad metric name {name!r}", line)
+                fam = Family(name)
+                families[name] = fam
+                typed[name] = fam
+                owner[name] = fam
+            want = wanted(fam.name)
+            if rest_start == -1:
+                close = line.rfind("}")
+                if not want:
+                    # Cheap check only: the value follows the last '}'.
+                    if close == -1:
+                        raise PromTextError(lineno, "unterminated labels", line)
+                    parts = line[close + 1 :].split()
+                    if not parts or len(parts) > 2:
+                        raise PromTextError(
+                            lineno, "expected a value (and optional timestamp)", line
+                        )
+                    _parse_float(parts[0], lineno, line)
+                    continue
+                if close > brace and "\\" not in line:
+                    block = line[brace + 1 : close]
+                    cached = block_cache.get(block)
+                    if cached is None:
+                        if _BLOCK_RE.fullmatch(block) is None:
+                            raise PromTextError(lineno, "malformed labels", line)
+                        cached = dict(_PAIRS_RE.findall(block))
+                        block_cache[block] = cached
+                    labels = cached
+                    rest = line[close + 1 :]
+                else:
+                    labels, after = _parse_labels(line, brace + 1, lineno, line)
+                    rest = line[after:]
+            else:
+                labels = {}
+                rest = line[rest_start:]
+            parts = rest.split()
+            n = len(parts)
+            if n == 1:
+                value = _parse_float(parts[0], lineno, line)
+                ts = None
+            elif n == 2:
+                value = _parse_float(parts[0], lineno, line)
+                ts = _parse_float(parts[1], lineno, line)
+                if not math.isfinite(ts):
+                    raise PromTextError(lineno, "bad timestamp", line)
+            else:
+                raise PromTextError(lineno, "expected a value (and optional timestamp)", line)
+            if want:
+                fam.samples.append(Sample(name, labels, value, ts))
 
 
 class _Missing(Family):

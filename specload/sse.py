@@ -31,6 +31,11 @@ class SSEDecoder:
         return self._buf
 
     def feed(self, data: bytes) -> list[bytes]:
+        if not self._buf and data[-2:] == b"\n\n" and data[:6] == b"data: ":
+            # Fast path: exactly one single-line event, as servers write them.
+            inner = data[6:-2]
+            if b"\n" not in inner and b"\r" not in inner:
+                return [inner]
         buf = self._buf + data if self._buf else data
         if b"\r" in buf:
             keep_cr = buf.endswith(b"\r")

@@ -17,8 +17,10 @@ from pathlib import Path
 
 from specload.deploy import speculative
 from specload.deploy.execline import ExecLineError
+from specload.deploy.k8s import render
 from specload.deploy.systemd import rewrite_unit, unified_diff, variant_unit_path
 from specload.errors import UsageError
+from specload.stack.plan import find_repo
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -47,6 +49,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="where to write (default: <stem>-<variant>.service beside --from)")
     unit.add_argument("--force", action="store_true", help="overwrite an existing --out")
     unit.add_argument("--dry-run", action="store_true", help="print the diff, write nothing")
+    k8s = sub.add_parser(
+        "k8s",
+        help="render the Kubernetes kustomize base with the repo's rules and boards",
+        description="Copy deploy/k8s/base to --out and add prometheusrule.yaml (the repo's "
+        "rules and alerts) and dashboards/ (grafana/dashboards); then kubectl apply -k OUT.",
+    )
+    k8s.add_argument("--out", required=True, metavar="DIR", help="folder to write")
+    k8s.add_argument("--image", metavar="IMAGE[:TAG]", help="the specload image to run")
+    k8s.add_argument("--namespace", metavar="NS", help="namespace for every resource")
+    k8s.add_argument("--repo", metavar="DIR", help="the specload source tree (default: found)")
 
 
 def _spec_text(value: str) -> str:
@@ -103,6 +115,20 @@ def build_variant(args: argparse.Namespace) -> speculative.Variant:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.deploy_target == "k8s":
+        return _run_k8s(args)
+    return _run_systemd(args)
+
+
+def _run_k8s(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    for warning in render(find_repo(args.repo), out, image=args.image, namespace=args.namespace):
+        print(f"specload: warning: {warning}", file=sys.stderr)
+    print(f"wrote {out}; apply with: kubectl apply -k {out}", file=sys.stderr)
+    return 0
+
+
+def _run_systemd(args: argparse.Namespace) -> int:
     variant = build_variant(args)
     source = Path(args.source)
     try:

@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import gevent
 import orjson
 
 from specload.load.http import Connection, RequestFailed
@@ -120,10 +119,9 @@ class ChatRequester:
                 body_parts.append(data)
 
         try:
-            with gevent.Timeout(s.timeout_s, _RequestTimeout):
-                status = self.connection.request(
-                    "POST", self._path, body, headers, on_body
-                )
+            status = self.connection.request(
+                "POST", self._path, body, headers, on_body, timeout_s=s.timeout_s
+            )
             record.http_status = status
             end = time.perf_counter()
             if not s.stream:
@@ -135,6 +133,10 @@ class ChatRequester:
                     raise MalformedChunk("response is not a JSON object")
                 meter_message(message, meter, end)
             meter.finish(record, end, self.tokenizer)
+            if not s.stream:
+                # One response at the end: no first token, no per-token time to speak of.
+                record.ttft_s = record.ttfct_s = record.tpot_s = None
+                record.itl_chunk_hist = record.itl_token_hist = None
             if s.stream and not meter.done:
                 record.error_kind = "no_done"
                 record.error_detail = "stream ended without [DONE]"
@@ -145,11 +147,6 @@ class ChatRequester:
             record.error_detail = exc.detail[:200]
             record.http_status = exc.status
             meter.finish(record, time.perf_counter(), self.tokenizer)
-        except _RequestTimeout:
-            self.connection.close()
-            record.error_kind = "timeout"
-            record.error_detail = f"no complete response within {s.timeout_s:g} s"
-            meter.finish(record, time.perf_counter(), self.tokenizer)
         except MalformedChunk as exc:
             self.connection.close()
             record.error_kind = "malformed"
@@ -157,7 +154,3 @@ class ChatRequester:
             meter.finish(record, time.perf_counter(), self.tokenizer)
         record.end_s = record.start_s + (record.e2e_s or 0.0)
         return record
-
-
-class _RequestTimeout(Exception):
-    """Raised by gevent.Timeout when a request runs past its timeout."""

@@ -46,6 +46,8 @@ class StreamMeter:
         "_chunk_tokens",
         "_gaps",
         "_last_t",
+        "_mixed",
+        "_pending_tokens",
         "_prev_cum",
         "_text_content",
         "_text_reasoning",
@@ -83,6 +85,8 @@ class StreamMeter:
         self.tokens_reasoning_exact = 0
         self.tokens_content_exact = 0
         self.unattributed = 0
+        self._pending_tokens = 0  # tokens announced before any text (a role chunk)
+        self._mixed: list[tuple[int, str, str]] = []  # chunks with both channels
         self.last_channel = 0  # 0 reasoning, 1 content
         self.final_usage: dict[str, Any] | None = None
         self.finish_reason: str | None = None
@@ -127,14 +131,20 @@ class StreamMeter:
         has_text = bool(reasoning) or bool(content)
         if not has_text:
             if ntok > 0 and self.continuous:
-                # Tokens without text (a stop token, a final chunk): same channel as before.
-                if self.last_channel:
+                # Tokens without text: before any text they belong to the first text chunk;
+                # after (a stop token, a final chunk), to the channel before.
+                if self.first_t is None:
+                    self._pending_tokens += ntok
+                elif self.last_channel:
                     self.tokens_content_exact += ntok
                 else:
                     self.tokens_reasoning_exact += ntok
             return
         if ntok < 0:
             self.continuous = False
+        elif self._pending_tokens:
+            ntok += self._pending_tokens
+            self._pending_tokens = 0
         if content:
             channel = 1
             self.chunks_content += 1
@@ -161,6 +171,7 @@ class StreamMeter:
                 self.tokens_reasoning_exact += ntok
             else:
                 self.unattributed += ntok
+                self._mixed.append((ntok, reasoning, content))  # type: ignore[arg-type]
         if self.first_t is None:
             self.first_t = now
         else:
@@ -200,21 +211,23 @@ class StreamMeter:
         gaps = self._gaps
         if gaps:
             per_chunk = Histogram()
-            per_token = Histogram()
-            coalesced = 0
-            exact = source == "exact"
-            avg_tokens = (record.tokens_output - 1) / len(gaps) if not exact else 0.0
-            for gap, ntok in zip(gaps, self._chunk_tokens, strict=True):
-                per_chunk.add(gap)
-                if gap == 0.0:
-                    coalesced += 1
-                if exact:
-                    if ntok > 0:
-                        per_token.add(gap / ntok, ntok)
-                elif avg_tokens > 0:
-                    per_token.add(gap / avg_tokens)
-            record.chunks_coalesced = coalesced
+            per_chunk.extend(gaps)
+            record.chunks_coalesced = gaps.count(0.0)
             record.itl_chunk_hist = per_chunk
+            tokens = self._chunk_tokens
+            per_token = Histogram()
+            if source == "exact":
+                if min(tokens) == 1 and max(tokens) == 1:
+                    per_token = per_chunk.copy()
+                else:
+                    values: list[float] = []
+                    for gap, ntok in zip(gaps, tokens, strict=True):
+                        if ntok > 0:
+                            values.extend([gap / ntok] * ntok)
+                    per_token.extend(values)
+            elif record.tokens_output > 1:
+                avg_tokens = (record.tokens_output - 1) / len(gaps)
+                per_token.extend([gap / avg_tokens for gap in gaps])
             record.itl_token_hist = per_token if per_token.count else None
 
     def _tokens(
@@ -226,12 +239,18 @@ class StreamMeter:
         if self.continuous and self._prev_cum > 0:
             reasoning = self.tokens_reasoning_exact
             content = self.tokens_content_exact
-            if self.unattributed:
-                r_share = self._share_reasoning(tokenizer)
-                moved = round(self.unattributed * r_share)
-                reasoning += moved
-                content += self.unattributed - moved
-                return reasoning, content, "exact", "tokenizer" if tokenizer else "chunks-estimate"
+            if self._pending_tokens:  # tokens but never any text
+                reasoning += self._pending_tokens
+            if self._mixed:
+                for ntok, r_text, c_text in self._mixed:
+                    if tokenizer is not None:
+                        r, c = tokenizer.count(r_text), tokenizer.count(c_text)
+                    else:
+                        r, c = len(r_text), len(c_text)
+                    moved = round(ntok * r / (r + c)) if r + c else ntok
+                    reasoning += moved
+                    content += ntok - moved
+                return reasoning, content, "exact", "tokenizer" if tokenizer else "text-estimate"
             return reasoning, content, "exact", "exact"
         total = None
         if usage is not None and usage.get("completion_tokens") is not None:

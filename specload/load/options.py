@@ -49,6 +49,8 @@ def add_options(parser: Any) -> None:
     add("--metrics-address", default=DEFAULT_METRICS_ADDRESS, env_var="SPECLOAD_METRICS_ADDRESS",
         include_in_web_ui=False,
         help="HOST:PORT for the client's Prometheus /metrics (master or single process); off")
+    add("--records-file", default="", env_var="SPECLOAD_RECORDS_FILE", include_in_web_ui=False,
+        help="append every request's record to this JSONL file (master or single process)")
     add("--step", default=DEFAULT_STEP, env_var="SPECLOAD_STEP", include_in_web_ui=False,
         help="initial step label of the samples (sweeps change it)")
 

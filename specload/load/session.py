@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import gevent
 import gevent.lock
@@ -82,6 +82,7 @@ class LoadSession:
         self._settings: ChatSettings | None = None
         self._settings_lock = gevent.lock.Semaphore()
         self._greenlets: list[gevent.Greenlet] = []
+        self._records_out: BinaryIO | None = None
 
     # -- public API ---------------------------------------------------------
     def subscribe(self, callback: RecordCallback) -> None:
@@ -147,6 +148,15 @@ class LoadSession:
             except UsageError as exc:
                 raise SystemExit(f"specload: error: {exc}") from None
         if self.role != "worker":
+            records_file = getattr(opts, "records_file", "") if opts is not None else ""
+            if records_file:
+                try:
+                    self._records_out = open(records_file, "ab")  # noqa: SIM115
+                except OSError as exc:
+                    raise SystemExit(
+                        f"specload: error: --records-file: cannot write {records_file!r} "
+                        f"({exc.strerror})"
+                    ) from None
             self._start_metrics()
             self.environment.events.quitting.add_listener(self._on_quitting)
 
@@ -247,6 +257,10 @@ class LoadSession:
         self.published += 1
         self.aggregator.add(record)
         self.metrics.observe(record)
+        if self._records_out is not None:
+            # One line per record, flushed at once: a killed run keeps what it measured.
+            self._records_out.write(orjson.dumps(record.to_dict()) + b"\n")
+            self._records_out.flush()
         for callback in self._subscribers:
             try:
                 callback(record)
@@ -323,6 +337,9 @@ class LoadSession:
         prefix = getattr(self.options, "csv_prefix", None) if self.options else None
         if prefix:
             write_csv(Path(f"{prefix}_specload.csv"), self.aggregator)
+        if self._records_out is not None:
+            self._records_out.close()
+            self._records_out = None
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server = None
@@ -337,11 +354,10 @@ def detect_model(url: ServerURL, api_key: str = "") -> str:
     auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
     parts: list[bytes] = []
     try:
-        with gevent.Timeout(30, RequestFailed("timeout", "GET /v1/models")):
-            conn.request(
-                "GET", path, None, f"Accept: application/json\r\n{auth}".encode(),
-                lambda data, now: parts.append(data),
-            )
+        conn.request(
+            "GET", path, None, f"Accept: application/json\r\n{auth}".encode(),
+            lambda data, now: parts.append(data), timeout_s=30.0,
+        )
     finally:
         conn.close()
     try:

@@ -289,10 +289,14 @@ class _Ranges:
         self.names: list[str] = []
         for start, dur, name in items:
             end = start + max(dur, 0.0)
-            # The same range recorded twice (e.g. per stream): keep one envelope.
-            if self.names and self.names[-1] == name and start <= self.ends[-1]:
-                self.ends[-1] = max(self.ends[-1], end)
-                continue
+            # The same range recorded twice (once per stream) overlaps itself by most of its
+            # length: keep one envelope. Back-to-back steps of the same shape only touch.
+            if self.names and self.names[-1] == name:
+                overlap = min(end, self.ends[-1]) - start
+                shorter = min(end - start, self.ends[-1] - self.starts[-1])
+                if overlap > 0.5 * shorter and overlap > 0:
+                    self.ends[-1] = max(self.ends[-1], end)
+                    continue
             self.starts.append(start)
             self.ends.append(end)
             self.names.append(name)
@@ -517,7 +521,8 @@ def analyze(paths: Sequence[Path]) -> ProfileReport:
     if not with_steps:
         names = ", ".join(str(p) for p in paths)
         raise TraceFileError(
-            f"no vLLM step annotations (execute_context_N(t)_generation_M(t)) in {names}"
+            f"no vLLM step annotations (execute_context_N(t)_generation_M(t)) in {names}: "
+            "was the server idle while profiling?"
         )
     seen: dict[int, str] = {}
     for r in with_steps:

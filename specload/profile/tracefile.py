@@ -446,7 +446,13 @@ def rank_from_name(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def is_trace_file(path: Path) -> bool:
-    """A file name torch's trace handler or vLLM would give a trace."""
+def is_trace_file(path: Path, *, torch_names_only: bool = True) -> bool:
+    """A name torch's trace handler gives a trace (``*.pt.trace.json[.gz]``, as vLLM
+    writes them); with ``torch_names_only=False`` any ``*.json[.gz]``. Hidden
+    (``.part``) files never count."""
     name = Path(path).name
-    return not name.startswith(".") and (name.endswith(".json") or name.endswith(".json.gz"))
+    if name.startswith("."):
+        return False
+    if torch_names_only:
+        return name.endswith((".pt.trace.json", ".pt.trace.json.gz"))
+    return name.endswith((".json", ".json.gz"))

@@ -30,7 +30,9 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def _seconds(value: float) -> str:
-    return f"{value:g}s"
+    """A Prometheus duration (no fractions: ``800ms``, ``5s``)."""
+    ms = round(value * 1000)
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
 
 
 def load_yaml(path: Path) -> Any:

@@ -194,8 +194,7 @@ def build_plan(options: StackOptions) -> Plan:
     exporter = ports["exporter"]
     parts.append(
         Part("exporter", "exporter",
-             (python, "-m", "specload", "exporter", "--config", str(state / "exporter.yaml"),
-              "--log-level", "INFO"),
+             (python, "-m", "specload", "exporter", "--config", str(state / "exporter.yaml")),
              logs / "exporter.log", url=f"http://{HOST}:{exporter}/metrics",
              health_url=f"http://{HOST}:{exporter}/metrics", ports={"port": exporter})
     )

@@ -8,6 +8,7 @@ group, waits, then SIGKILLs what is left of it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -84,28 +85,35 @@ def _signal_group(proc: ProcessId, sig: signal.Signals) -> None:
         except ProcessLookupError:
             pass
     for pid in members:  # the leader is gone; what it left in its group
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
+
+
+def _alive(proc: ProcessId) -> bool:
+    return is_running(proc) or bool(group_members(proc.pid))
+
+
+def stop_all(processes: list[ProcessId], *, timeout_s: float = 10.0) -> set[ProcessId]:
+    """Stop the processes and their groups together; return those that had to be killed."""
+    known = [p for p in processes if p.start_ticks >= 0 and _alive(p)]
+    for proc in known:
+        _signal_group(proc, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    left = known
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [p for p in left if _alive(p)]
+    for proc in left:
+        _signal_group(proc, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while time.monotonic() < deadline and any(_alive(p) for p in left):
+        time.sleep(0.05)
+    return set(left)
 
 
 def stop(proc: ProcessId, *, timeout_s: float = 10.0) -> bool:
     """Stop the process and its group; True if it had to be killed."""
-    leader_known = proc.start_ticks >= 0 and (is_running(proc) or bool(group_members(proc.pid)))
-    if not leader_known:
-        return False
-    _signal_group(proc, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if not is_running(proc) and not group_members(proc.pid):
-            return False
-        time.sleep(0.05)
-    _signal_group(proc, signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and (is_running(proc) or group_members(proc.pid)):
-        time.sleep(0.05)
-    return True
+    return bool(stop_all([proc], timeout_s=timeout_s))
 
 
 def log_tail(path: Path, lines: int = 20) -> str:

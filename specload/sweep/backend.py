@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -28,17 +27,11 @@ from specload.load.records import RequestRecord
 from specload.sweep import locustfile
 from specload.sweep.locustfile import MSG_PACE, SweepUser, get_pacer
 from specload.sweep.plan import Level
+from specload.sweep.ports import free_port
 
 log = logging.getLogger("specload.sweep")
 
 WORKER_CONNECT_TIMEOUT_S = 60.0
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class LocustBackend:
@@ -143,14 +136,30 @@ class LocustBackend:
     def set_step(self, step: str) -> None:
         load_api.set_step(self.env, step)
 
-    def _pace(self, rate: float | None) -> None:
+    def _pace(self, rate: float | None, *, hold: bool = False) -> None:
         self._pace_seq += 1
         if isinstance(self.runner, MasterRunner):
             n = max(1, len(self.runner.clients.ready))
             per_worker = None if rate is None else rate / n
-            self.runner.send_message(MSG_PACE, {"rate": per_worker, "seq": self._pace_seq})
+            self.runner.send_message(
+                MSG_PACE, {"rate": per_worker, "seq": self._pace_seq, "hold": hold}
+            )
         else:
-            get_pacer(self.env).set_rate(rate, self._pace_seq)
+            get_pacer(self.env).set_rate(rate, self._pace_seq, hold=hold)
+
+    def hold(self) -> None:
+        """Users finish the request they are in and start no other (the final drain)."""
+        self._pace(None, hold=True)
+
+    def in_flight(self) -> int:
+        """Requests started and not yet published here (workers: as last reported)."""
+        session = load_api.get_session(self.env)
+        if isinstance(self.runner, MasterRunner):
+            workers = getattr(session, "_workers", {})
+            started = sum(int(getattr(c, "started", 0)) for c in workers.values())
+            received = sum(int(getattr(c, "received", 0)) for c in workers.values())
+            return max(0, started - received)
+        return max(0, int(session.started) - int(session.published))
 
     def start(self, level: Level) -> None:
         self._pace(level.request_rate)

@@ -37,6 +37,8 @@ class LoadBackend(Protocol):
     def start(self, level: Level) -> None: ...
     def pause(self) -> None: ...
     def stop(self) -> None: ...
+    def hold(self) -> None: ...
+    def in_flight(self) -> int: ...
 
 
 class ServerSide(Protocol):
@@ -63,10 +65,10 @@ class LevelState:
     window: Window | None = None
     started_at: str | None = None
     ended_at: str | None = None
+    window_started_at: str | None = None
+    window_ended_at: str | None = None
     server: dict[str, Any] = field(default_factory=dict)
     aggregate: LevelAggregate = field(default_factory=LevelAggregate)
-    max_e2e_s: float = 0.0
-    stragglers: int = 0  # records of this level that arrived after its window ended
 
     @property
     def outages(self) -> list[Outage]:
@@ -146,14 +148,8 @@ class SweepDriver:
         if state is None:
             return
         state.aggregate.add(view)
-        e2e = view.seconds("e2el")
-        if e2e is not None and e2e > state.max_e2e_s:
-            state.max_e2e_s = e2e
-        if state.window is not None:
-            if state.window.end_s is None:
-                state.window.completed += 1
-            else:
-                state.stragglers += 1
+        if state.window is not None and state.window.end_s is None:
+            state.window.completed += 1
 
     def request_stop(self, reason: str) -> None:
         """Ask the sweep to stop at the next tick (signal handlers call this)."""
@@ -201,8 +197,10 @@ class SweepDriver:
         if level.warmup_s <= 0:
             self.backend.start(level)
         state.window = Window(self.clock(), level.duration_s, level.requests)
+        state.window_started_at = iso(self.wall())
         self._run_window(state, state.window, level.name)
         state.window.finish(self.clock())
+        state.window_ended_at = iso(self.wall())
         following = (
             self.states[index + 1].level.warmup_name if index + 1 < len(self.states) else None
         )
@@ -260,19 +258,15 @@ class SweepDriver:
             raise Stopped(self._stop_requested)
 
     def _drain(self) -> None:
-        """Let the last level's in-flight requests finish, bounded by the longest seen."""
+        """Let the last level's in-flight requests finish; no new request starts meanwhile."""
         if not self.states:
             return
-        last = self.states[-1]
         self.current = None
+        self.backend.hold()
         start = self.clock()
-        expected = last.level.users if last.level.concurrency is not None else None
-        bound = min(self.drain_timeout_s, last.max_e2e_s * 1.5 + 0.5)
         self.phase_note = "draining in-flight requests"
-        while self.clock() - start < bound:
+        while self.clock() - start < self.drain_timeout_s and self.backend.in_flight() > 0:
             self._check_stop()
-            if expected is not None and last.stragglers >= expected:
-                break
             if self.on_tick is not None:
                 self.on_tick(self)
             self.sleep(self.tick_s)
@@ -286,6 +280,8 @@ class SweepDriver:
             if w is not None:
                 w.finish(now)
         state.ended_at = iso(self.wall())
+        if state.window is not None:
+            state.window_ended_at = state.ended_at
         state.phase = "partial"
 
     # -- results ----------------------------------------------------------------
@@ -315,6 +311,8 @@ class SweepDriver:
             "warmup_s": level.warmup_s,
             "started_at": state.started_at,
             "ended_at": state.ended_at,
+            "window_started_at": state.window_started_at,
+            "window_ended_at": state.window_ended_at,
             **state.aggregate.result(duration),
             "outages": outages,
             "server": state.server,

@@ -35,12 +35,14 @@ class Pacer:
 
     def __init__(self, seed: int | None = None) -> None:
         self.rate: float | None = None
+        self.hold = False
         self.seq = 0
         self._tickets: gevent.queue.Queue[int] = gevent.queue.Queue()
         self._greenlet: gevent.Greenlet[Any, Any] | None = None
         self._rng = random.Random(seed)
 
-    def set_rate(self, rate: float | None, seq: int = 0) -> None:
+    def set_rate(self, rate: float | None, seq: int = 0, *, hold: bool = False) -> None:
+        """Open loop at ``rate``; closed loop when ``None``; ``hold``: no new requests at all."""
         if seq and seq < self.seq:
             return
         self.seq = seq or self.seq + 1
@@ -49,8 +51,9 @@ class Pacer:
             self._greenlet = None
         while not self._tickets.empty():  # a new level starts without a backlog
             self._tickets.get_nowait()
+        self.hold = hold
         self.rate = rate if rate and rate > 0 else None
-        if self.rate is not None:
+        if self.rate is not None and not hold:
             self._greenlet = gevent.spawn(self._arrivals, self.rate)
 
     def _arrivals(self, rate: float) -> None:
@@ -59,7 +62,7 @@ class Pacer:
             self._tickets.put(1)
 
     def wait(self) -> None:
-        if self.rate is not None:
+        if self.rate is not None or self.hold:
             self._tickets.get()
 
     def backlog(self) -> int:
@@ -88,7 +91,9 @@ class SweepUser(_chat.ChatUser):
 
 def _on_pace(environment: Any, msg: Any, **kw: Any) -> None:
     data = msg.data or {}
-    get_pacer(environment).set_rate(data.get("rate"), int(data.get("seq", 0)))
+    get_pacer(environment).set_rate(
+        data.get("rate"), int(data.get("seq", 0)), hold=bool(data.get("hold"))
+    )
 
 
 def _on_init(environment: Any, runner: Any = None, **kw: Any) -> None:

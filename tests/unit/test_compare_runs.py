@@ -9,8 +9,8 @@ import pytest
 
 from specload.baseline import FORMAT, load_baseline
 from specload.cli import main
-from specload.compare import compare_runs, comparison_markdown, load_run
-from specload.compare.model import FASTER, SAME, SLOWER
+from specload.compare.model import FASTER, SAME, SLOWER, compare_runs, load_run
+from specload.compare.report import comparison_markdown
 from specload.errors import UsageError
 from specload.results import ResultsWriter
 from specload.results.aggregate import LevelAggregate, RecordView
@@ -33,7 +33,8 @@ def make_run(path, variant, tpot_ms, n=300, seed=1, levels=(1, 4), acceptance=No
             w.append(rec)
             agg.add(RecordView(rec))
         level = {"name": f"c{c}", "concurrency": c, "complete": True, "outages": [],
-                 "server": {} if acceptance is None else {"spec_decode_acceptance_rate": acceptance},
+                 "server": {} if acceptance is None
+                 else {"spec_decode_acceptance_rate": acceptance},
                  **agg.result(60.0)}
         out_levels.append(level)
     w.write_summary({"variant": variant, "model": "m", "mode": "closed", "levels": out_levels})

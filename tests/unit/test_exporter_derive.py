@@ -126,5 +126,6 @@ def test_v0_gauge_used_when_no_v1_counters() -> None:
     assert d.acceptance_ratio["lifetime"] == pytest.approx(21 / 50)
     # V0 has no drafts counter: drafts = draft tokens / k.
     assert d.mean_acceptance_length["lifetime"] == pytest.approx(1 + 21 / 10)
-    only_gauge = extract(parse(page.split("# TYPE vllm:spec_decode_num_draft")[0], keep), 1.0)
+    gauge_only = page.split("# TYPE vllm:spec_decode_num_draft", maxsplit=1)[0]
+    only_gauge = extract(parse(gauge_only, keep), 1.0)
     assert derive(None, only_gauge).acceptance_ratio == {"lifetime": pytest.approx(0.42)}

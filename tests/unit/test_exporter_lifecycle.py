@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -161,8 +162,6 @@ def test_journal_follower_reads_a_command(tmp_path: Path) -> None:
     script.chmod(0o755)
     j = JournalFollower("vllm.service", command=[str(script)])
     lines: list[str] = []
-    import time
-
     deadline = time.monotonic() + 5
     while len(lines) < 2 and time.monotonic() < deadline:
         lines += j.poll()

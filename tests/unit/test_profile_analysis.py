@@ -129,6 +129,24 @@ def test_gpu_ranges_recorded_per_stream_merge(tmp_path: Path) -> None:
     assert j["decode_allreduce_ratio"] == pytest.approx(0.5)
 
 
+def test_back_to_back_steps_of_one_shape_stay_apart(tmp_path: Path) -> None:
+    """Steps that touch (next start == previous end, after rounding) are separate steps."""
+    path = tmp_path / "b.json"
+    nccl = ALLREDUCE_KERNEL_EXAMPLES["nccl"]
+    name = step_annotation_name(0, 0, 1, 1)
+    with TraceWriter(path, rank=0) as w:
+        t = 0.0
+        for _ in range(10):
+            w.annotation(name, t, 1000.0001)
+            w.gpu_annotation(name, t, 1000.0004)
+            w.kernel(nccl, t + 100.0, 400.0)
+            t += 1000.0
+    j = analyze([path]).to_json()
+    assert j["decode_steps"] == 10
+    assert j["decode_step_seconds"] == pytest.approx(1e-3)
+    assert j["decode_allreduce_ratio"] == pytest.approx(0.4)
+
+
 def test_ranks_median_max_and_straggler(tmp_path: Path) -> None:
     paths = []
     truths = []

@@ -40,6 +40,9 @@ class FakeVLLM:
                     if fake.mode == "slow_stop":
                         time.sleep(1.0)
                     elif fake.mode == "ok":
+                        # vLLM writes a summary table, the simulator a truth.json: not traces.
+                        (fake.trace_dir / "truth.json").write_text("{}")
+                        (fake.trace_dir / "rank0.profiler_out.txt").write_text("table")
                         for rank in range(fake.world_size):
                             write_trace(fake.trace_dir / f"w_rank{rank}.{len(fake.calls)}"
                                         ".pt.trace.json.gz", STEPS, rank=rank,

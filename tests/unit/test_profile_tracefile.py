@@ -68,14 +68,24 @@ def test_writer_produces_torch_shaped_trace(tmp_path: Path, name: str) -> None:
 
 
 def test_file_appears_only_when_closed(tmp_path: Path) -> None:
-    path = tmp_path / "a.json.gz"
+    path = tmp_path / "a.pt.trace.json.gz"
     w = TraceWriter(path, rank=0)
     w.open()
     w.annotation("x", 0.0, 1.0)
     assert not path.exists()
     assert not any(is_trace_file(p) for p in tmp_path.iterdir())
     w.close()
-    assert path.exists() and [p.name for p in tmp_path.iterdir()] == ["a.json.gz"]
+    assert path.exists() and [p.name for p in tmp_path.iterdir()] == ["a.pt.trace.json.gz"]
+    assert is_trace_file(path)
+
+
+def test_trace_file_names() -> None:
+    assert is_trace_file(Path("rank0.1795947370151047313.pt.trace.json.gz"))
+    assert is_trace_file(Path("x.pt.trace.json"))
+    assert not is_trace_file(Path("truth.json"))
+    assert not is_trace_file(Path("rank0.profiler_out.txt"))
+    assert not is_trace_file(Path(".x.pt.trace.json.gz.part"))
+    assert is_trace_file(Path("trace.json"), torch_names_only=False)
 
 
 def test_cpu_only_trace_has_no_devices(tmp_path: Path) -> None:

@@ -50,6 +50,13 @@ class FakeLoad:
         self.events.clear()
         self.users = 0
 
+    def hold(self):
+        self.calls.append(("hold", self.now))
+        self.users = 0  # users finish their request and send no other
+
+    def in_flight(self):
+        return len(self.events)
+
     def stop(self):
         self.calls.append(("stop", self.now))
         self.events.clear()
@@ -165,7 +172,8 @@ def test_outage_pauses_and_level_completes():
     ok_after = [r for r in records if r["step"] == "c4" and r["ok"] and r["start_s"] >= 1025.0]
     assert len(ok_after) > 0
     assert level["completed"] == pytest.approx(4 * 20, abs=8)
-    assert ("pause", pytest.approx(1005.0, abs=0.1)) in [c[:2] for c in load.calls if c[0] == "pause"]
+    pauses = [c[1] for c in load.calls if c[0] == "pause"]
+    assert pauses == [pytest.approx(1005.0, abs=0.1)]
 
 
 def test_outage_fail_policy_stops_with_valid_summary():

@@ -25,7 +25,8 @@ def record(step="c1", category="math", ok=True, tpot=0.01, ttft=0.1, reasoning=8
     itl.extend([tpot] * (n - 1))
     rec = RequestRecord(
         category=category, step=step, variant="v", model="m", start_s=0.0, end_s=1.0, ok=ok,
-        error_kind=error, ttft_s=ttft if ok else None, ttfct_s=(ttft + reasoning * tpot) if ok else None,
+        error_kind=error, ttft_s=ttft if ok else None,
+        ttfct_s=(ttft + reasoning * tpot) if ok else None,
         e2e_s=(ttft + (n - 1) * tpot) if ok else None, tpot_s=tpot if ok else None,
         tokens_reasoning=reasoning if ok else 0, tokens_content=content if ok else 0,
         tokens_output=n if ok else 0, chunks=chunks if chunks is not None else n,
@@ -107,9 +108,9 @@ def test_unwritable_out_dir_is_one_line(tmp_path):
     ro.mkdir()
     ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
     try:
-        with pytest.raises(UsageError, match="--out .*not writable"):
+        with pytest.raises(UsageError, match=r"--out .*not writable"):
             ResultsWriter(ro)
-        with pytest.raises(UsageError, match="--out .*cannot create"):
+        with pytest.raises(UsageError, match=r"--out .*cannot create"):
             ResultsWriter(ro / "sub")
     finally:
         ro.chmod(stat.S_IRWXU)
@@ -123,7 +124,7 @@ def test_out_dir_that_is_a_file(tmp_path):
 
 
 def test_read_summary_errors(tmp_path):
-    with pytest.raises(UsageError, match="no summary.json"):
+    with pytest.raises(UsageError, match=r"no summary\.json"):
         read_summary(tmp_path)
     (tmp_path / "summary.json").write_text("{")
     with pytest.raises(UsageError, match="not valid JSON"):
@@ -152,6 +153,6 @@ def test_schema_accepts_a_level_and_rejects_missing_keys():
 def test_out_dir_under_a_file_is_one_line(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
-    with pytest.raises(UsageError, match="--out .*cannot create directory") as err:
+    with pytest.raises(UsageError, match=r"--out .*cannot create directory") as err:
         ResultsWriter(f / "results")
     assert "\n" not in str(err.value)

@@ -32,7 +32,8 @@ def page(gen, drafts, draft_tokens, accepted, per_pos, tpot_sum, tpot_count, suc
         )
     lines += [
         "# TYPE vllm:request_time_per_output_token_seconds histogram",
-        f'vllm:request_time_per_output_token_seconds_bucket{{le="+Inf",model_name="m"}} {tpot_count}',
+        f'vllm:request_time_per_output_token_seconds_bucket{{le="+Inf",model_name="m"}} '
+        f"{tpot_count}",
         f'vllm:request_time_per_output_token_seconds_sum{{model_name="m"}} {tpot_sum}',
         f'vllm:request_time_per_output_token_seconds_count{{model_name="m"}} {tpot_count}',
     ]

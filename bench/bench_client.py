@@ -1,0 +1,190 @@
+"""Benchmark of the load generator against a fixed-timing server.
+
+For each stream count: start the server pinned to one core, run specload's
+Locust users (a LocalRunner in *this* process, pinned to another core) at
+that concurrency, warm up, then measure a window:
+
+- throughput: output tokens of requests that ended in the window / window,
+  as a share of the offered load ``streams * tokens / (ttft + (tokens/k - 1) * itl)``;
+- median TTFT and TPOT of requests started in the window, against truth;
+- output tokens per client CPU-second (this process's user+system CPU in the window);
+- share of chunk gaps that were 0 s (events read together).
+
+    python bench/bench_client.py --streams 32,64,128,256,512 --out bench/results/client.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from gevent import monkey
+
+monkey.patch_all()
+
+import gevent  # noqa: E402
+from locust import events  # noqa: E402
+from locust.argument_parser import parse_options  # noqa: E402
+from locust.env import Environment  # noqa: E402
+
+from specload.histogram import Histogram  # noqa: E402
+from specload.load import RequestRecord, get_session, set_step, subscribe  # noqa: E402
+from specload.load.user import ChatUser  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+
+
+def cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def free_port() -> int:
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, str(HERE / "fixed_server.py"), "--port", str(port),
+           "--ttft", str(args.ttft), "--itl", str(args.itl), "--tokens", str(args.tokens),
+           "--tokens-per-chunk", str(args.tokens_per_chunk)]
+    if args.server == "sim":
+        cmd = [sys.executable, "-m", "specload", "sim", "--port", str(port), "--timing", "fixed",
+               "--fixed-ttft", str(args.ttft), "--fixed-itl", str(args.itl),
+               "--fixed-tokens-per-chunk", str(args.tokens_per_chunk),
+               "--fixed-reasoning-tokens", "0", "--fixed-content-tokens", str(args.tokens)]
+    if args.server_cpu is not None:
+        cmd = ["taskset", "-c", str(args.server_cpu), *cmd]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    import socket  # noqa: PLC0415
+
+    while time.time() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("server did not start")
+
+
+def run_level(args: argparse.Namespace, streams: int) -> dict[str, float]:
+    port = free_port()
+    server = start_server(args, port)
+    try:
+        options = parse_options(
+            ["-f", "x", "--host", f"http://127.0.0.1:{port}", "--metrics-address", "off",
+             "--max-tokens", str(args.tokens), "--prompts", "builtin"]
+        )
+        env = Environment(user_classes=[ChatUser], host=options.host, events=events,
+                          parsed_options=options)
+        runner = env.create_local_runner()
+        events.init.fire(environment=env, runner=runner, web_ui=None)
+        ended: list[tuple[float, int]] = []
+        window: list[RequestRecord] = []
+
+        def on_record(r: RequestRecord) -> None:
+            ended.append((r.end_s, r.tokens_output))
+            if r.step == "measure":
+                window.append(r)
+
+        subscribe(env, on_record)
+        runner.start(streams, spawn_rate=streams)
+        gevent.sleep(args.warmup)
+        set_step(env, "measure")
+        t1, c1 = time.time(), cpu_s()
+        gevent.sleep(args.duration)
+        t2, c2 = time.time(), cpu_s()
+        set_step(env, "after")
+        # let requests started in the window finish, to measure their latencies
+        gevent.sleep(args.ttft + args.tokens / args.tokens_per_chunk * args.itl + 1.0)
+        runner.quit()
+        session = get_session(env)
+        del session
+    finally:
+        server.kill()
+        server.wait()
+    tokens = sum(n for end, n in ended if t1 <= end < t2)
+    ok = [r for r in window if r.ok]
+    ttft = Histogram()
+    ttft.extend([r.ttft_s for r in ok if r.ttft_s is not None])
+    tpot = Histogram()
+    tpot.extend([r.tpot_s for r in ok if r.tpot_s is not None])
+    chunk_gaps = sum(r.chunks - 1 for r in ok if r.chunks)
+    coalesced = sum(r.chunks_coalesced for r in ok)
+    n_chunks = -(-args.tokens // args.tokens_per_chunk)
+    request_s = args.ttft + (n_chunks - 1) * args.itl
+    offered = streams * args.tokens / request_s
+    throughput = tokens / (t2 - t1)
+    truth_tpot = (n_chunks - 1) * args.itl / (args.tokens - 1)
+    return {
+        "streams": streams,
+        "offered_tok_s": offered,
+        "tok_s": throughput,
+        "share": throughput / offered,
+        "median_ttft_ms": (ttft.quantile(0.5) or 0) * 1000,
+        "ttft_err": (ttft.quantile(0.5) or 0) / args.ttft - 1,
+        "median_tpot_ms": (tpot.quantile(0.5) or 0) * 1000,
+        "tpot_err": (tpot.quantile(0.5) or 0) / truth_tpot - 1,
+        "tok_per_cpu_s": tokens / max(c2 - c1, 1e-9),
+        "cpu_share": (c2 - c1) / (t2 - t1),
+        "coalesced": coalesced / chunk_gaps if chunk_gaps else 0.0,
+        "failed": sum(1 for r in window if not r.ok),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--streams", default="32,64,128,256,512")
+    ap.add_argument("--ttft", type=float, default=0.05)
+    ap.add_argument("--itl", type=float, default=0.005)
+    ap.add_argument("--tokens", type=int, default=400)
+    ap.add_argument("--tokens-per-chunk", type=int, default=1)
+    ap.add_argument("--warmup", type=float, default=5.0)
+    ap.add_argument("--duration", type=float, default=20.0)
+    ap.add_argument("--server", choices=("fixed", "sim"), default="fixed")
+    ap.add_argument("--server-cpu", type=int, default=1)
+    ap.add_argument("--client-cpu", type=int, default=0)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    if args.client_cpu is not None:
+        os.sched_setaffinity(0, {args.client_cpu})
+    rows = []
+    for n in [int(x) for x in args.streams.split(",")]:
+        row = run_level(args, n)
+        rows.append(row)
+        print(
+            f"{n:4d} streams: {row['tok_s']:8.0f} tok/s = {row['share']:.1%} of offered; "
+            f"TTFT {row['median_ttft_ms']:.2f} ms ({row['ttft_err']:+.1%}); "
+            f"TPOT {row['median_tpot_ms']:.3f} ms ({row['tpot_err']:+.2%}); "
+            f"{row['tok_per_cpu_s']:8.0f} tok/CPU-s (CPU {row['cpu_share']:.0%}); "
+            f"coalesced gaps {row['coalesced']:.1%}; failed {row['failed']}",
+            flush=True,
+        )
+    if args.out:
+        lines = [
+            "| streams | offered tok/s | measured tok/s | share | median TTFT ms (err) | "
+            "median TPOT ms (err) | tok per client CPU-s | client CPU | 0-s chunk gaps |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in rows:
+            lines.append(
+                f"| {r['streams']} | {r['offered_tok_s']:.0f} | {r['tok_s']:.0f} | "
+                f"{r['share']:.1%} | {r['median_ttft_ms']:.2f} ({r['ttft_err']:+.1%}) | "
+                f"{r['median_tpot_ms']:.3f} ({r['tpot_err']:+.2%}) | {r['tok_per_cpu_s']:.0f} | "
+                f"{r['cpu_share']:.0%} | {r['coalesced']:.1%} |"
+            )
+        Path(args.out).write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,594 @@
+"""The OpenAI-compatible API as vLLM 0.32 serves it, over the simulated engine.
+
+Responses copy vLLM 0.32's shapes (tests/data/vllm-0.32.0/): the role chunk
+first, one chunk per engine step carrying every token that step produced,
+reasoning in ``delta.reasoning`` (or ``reasoning_content``, or both), the
+finish reason on the last token chunk, a ``choices: []`` usage chunk with
+``stream_options.include_usage``, cumulative usage on every chunk with
+``continuous_usage_stats``, then ``data: [DONE]``. Every simulated token is one
+whitespace-separated word, so a client can count tokens in the text too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+
+from simulator.engine import Sequence
+from simulator.faults import STATUS_FAULTS, STATUS_TYPES, FaultConfig
+from simulator.http import HttpConnection, Request
+from simulator.workload import CATEGORY_HEADER, category_of, draw_workload, prompt_tokens_of
+
+VLLM_VERSION = "0.32.0"
+SYSTEM_FINGERPRINT = f"vllm-{VLLM_VERSION}-sim"
+REASONING_FIELDS: tuple[str, ...] = ("reasoning", "reasoning_content", "both")
+
+_REASONING_TEXT = (
+    "so the next step is to check whether this holds for every case we have "
+    "and then compare it with what the question asks before we decide wait "
+    "maybe there is a simpler way let us reconsider the constraint again"
+)
+_CONTENT_TEXT = (
+    "the answer is that we use a small function which returns the result "
+    "for each input and here is how it works in practice with an example "
+    "below together with the expected output of the program"
+)
+REASONING_WORDS: tuple[str, ...] = tuple(" " + w for w in _REASONING_TEXT.split())
+CONTENT_WORDS: tuple[str, ...] = tuple(" " + w for w in _CONTENT_TEXT.split())
+
+
+class Driver(Protocol):
+    def submit(self, seq: Sequence) -> None: ...
+    def abort(self, seq: Sequence) -> None: ...
+
+
+@dataclass
+class ApiConfig:
+    model: str
+    max_model_len: int
+    reasoning_field: str = "reasoning"
+    fixed_workload: tuple[int, int] | None = None  # (reasoning, content) tokens for every request
+
+
+def _words(words: tuple[str, ...], start: int, n: int) -> str:
+    size = len(words)
+    return "".join(words[(start + i) % size] for i in range(n))
+
+
+def error_body(message: str, err_type: str, code: int, param: str | None = None) -> bytes:
+    return orjson.dumps(
+        {"error": {"message": message, "type": err_type, "param": param, "code": code}}
+    )
+
+
+def _validation_error(kind: str, loc: str, msg: str, input_repr: str, ctx: str = "") -> bytes:
+    extra = f", 'ctx': {ctx}" if ctx else ""
+    detail = f"'type': '{kind}', 'loc': '{loc}', 'msg': '{msg}', 'input': {input_repr}{extra}"
+    message = f"1 validation error:\n  {{{detail}}}"
+    return error_body(message, "Bad Request", 400, loc)
+
+
+class BadRequest(Exception):
+    def __init__(self, body: bytes, status: int = 400) -> None:
+        super().__init__(body)
+        self.body = body
+        self.status = status
+
+
+class Stream:
+    """What one request sends back as the engine hands it tokens (stream or whole body)."""
+
+    __slots__ = (
+        "api",
+        "buffered",
+        "completion",
+        "conn",
+        "continuous",
+        "created",
+        "fault",
+        "fault_at",
+        "fault_done",
+        "head",
+        "include_usage",
+        "model",
+        "prompt_tokens",
+        "rid_text",
+        "seq",
+        "stalled",
+        "streaming",
+        "text_content",
+        "text_reasoning",
+        "tokens",
+    )
+
+    def __init__(
+        self,
+        api: SimApi,
+        conn: HttpConnection,
+        *,
+        completion: bool,
+        streaming: bool,
+        include_usage: bool,
+        continuous: bool,
+        prompt_tokens: int,
+        fault: str | None,
+        fault_at: int,
+    ) -> None:
+        self.api = api
+        self.conn = conn
+        self.completion = completion
+        self.streaming = streaming
+        self.include_usage = include_usage
+        self.continuous = continuous
+        self.prompt_tokens = prompt_tokens
+        self.fault = fault
+        self.fault_at = fault_at
+        self.fault_done = False
+        self.stalled = False
+        self.buffered: list[bytes] = []
+        self.tokens = 0
+        self.created = int(time.time())
+        self.model = api.config.model
+        rid = next(api.ids)
+        self.rid_text = f"{'cmpl' if completion else 'chatcmpl'}-{rid:016x}"
+        obj = "text_completion" if completion else "chat.completion.chunk"
+        self.head = (
+            f'data: {{"id":"{self.rid_text}","object":"{obj}","created":{self.created},'
+            f'"model":"{self.model}","choices":['
+        )
+        self.text_reasoning: list[str] = []
+        self.text_content: list[str] = []
+        self.seq: Sequence | None = None
+
+    # -- formatting --------------------------------------------------------------------------
+    def _usage(self) -> str:
+        p, c = self.prompt_tokens, self.tokens
+        return (
+            f'{{"prompt_tokens":{p},"total_tokens":{p + c},"completion_tokens":{c},'
+            f'"completion_tokens_details":{{"reasoning_tokens":0}}}}'
+        )
+
+    def _delta(self, reasoning: str, content: str) -> str:
+        parts = []
+        if reasoning:
+            field = self.api.config.reasoning_field
+            if field in ("reasoning", "both"):
+                parts.append(f'"reasoning":"{reasoning}"')
+            if field in ("reasoning_content", "both"):
+                parts.append(f'"reasoning_content":"{reasoning}"')
+        if content:
+            parts.append(f'"content":"{content}"')
+        return ",".join(parts)
+
+    def role_chunk(self) -> bytes:
+        usage = f',"usage":{self._usage()}' if self.continuous else ""
+        if self.completion:
+            return b""
+        return (
+            self.head
+            + '{"index":0,"delta":{"role":"assistant","content":""},'
+            + '"logprobs":null,"finish_reason":null}]'
+            + usage
+            + ',"prompt_token_ids":null,"prompt_text":null}\n\n'
+        ).encode()
+
+    def token_chunk(self, reasoning: str, content: str, finish: str | None) -> bytes:
+        end = f'"finish_reason":"{finish}","stop_reason":null' if finish else '"finish_reason":null'
+        usage = f',"usage":{self._usage()}' if self.continuous else ""
+        if self.completion:
+            text = reasoning + content
+            body = f'{{"index":0,"text":"{text}","logprobs":null,{end},"token_ids":null}}]'
+        else:
+            delta = self._delta(reasoning, content)
+            body = f'{{"index":0,"delta":{{{delta}}},"logprobs":null,{end},"token_ids":null}}]'
+        return (self.head + body + usage + "}\n\n").encode()
+
+    def usage_chunk(self) -> bytes:
+        return (
+            self.head
+            + f'],"usage":{self._usage()},"system_fingerprint":"{SYSTEM_FINGERPRINT}"}}\n\n'
+        ).encode()
+
+    # -- engine callback ---------------------------------------------------------------------
+    def emit(self, seq: Sequence, r: int, c: int, finish: str | None, now: float) -> None:
+        start_r = seq.generated - r - c
+        reasoning = _words(REASONING_WORDS, start_r, r) if r else ""
+        content = _words(CONTENT_WORDS, start_r + r - seq.reasoning_target, c) if c else ""
+        first = self.tokens == 0
+        self.tokens += r + c
+        api = self.api
+        api.tokens_sent += r + c
+        if not self.streaming:
+            self.text_reasoning.append(reasoning)
+            self.text_content.append(content)
+            if finish is not None:
+                self._finish_whole(seq, finish)
+            return
+        fault = self.fault
+        if fault is not None and not self.fault_done and self.tokens >= self.fault_at:
+            self.fault_done = True
+            if fault == "reset":
+                self.conn.reset()
+                return
+            if fault == "malformed":
+                self._send(self.head.encode() + b'{"index":0,"delta":{"content":"\n\n')
+            elif fault == "stall":
+                self.stalled = True
+                asyncio.get_running_loop().call_later(api.faults.stall_seconds, self._unstall)
+        out = []
+        if first:
+            out.append(self.role_chunk())
+        out.append(self.token_chunk(reasoning, content, finish))
+        if finish is not None:
+            if self.include_usage:
+                out.append(self.usage_chunk())
+            if fault != "no-done":
+                out.append(b"data: [DONE]\n\n")
+        self._send(b"".join(out))
+        if finish is not None:
+            self._end()
+
+    def _send(self, data: bytes) -> None:
+        if self.stalled:
+            self.buffered.append(data)
+        else:
+            self.conn.send(data)
+
+    def _end(self) -> None:
+        if self.stalled:
+            self.buffered.append(b"")
+            return
+        self.conn.on_close = None
+        self.conn.end_stream()
+
+    def _unstall(self) -> None:
+        self.stalled = False
+        for data in self.buffered:
+            if data:
+                self.conn.send(data)
+            else:
+                self.conn.on_close = None
+                self.conn.end_stream()
+        self.buffered.clear()
+
+    def _finish_whole(self, seq: Sequence, finish: str) -> None:
+        reasoning = "".join(self.text_reasoning) or None
+        content = "".join(self.text_content) or None
+        usage = orjson.loads(self._usage())
+        usage["prompt_tokens_details"] = None
+        if self.completion:
+            body: dict[str, Any] = {
+                "id": self.rid_text,
+                "object": "text_completion",
+                "created": self.created,
+                "model": self.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "text": (reasoning or "") + (content or ""),
+                        "logprobs": None,
+                        "finish_reason": finish,
+                        "stop_reason": None,
+                        "token_ids": None,
+                        "prompt_logprobs": None,
+                        "prompt_token_ids": None,
+                    }
+                ],
+                "service_tier": None,
+                "system_fingerprint": SYSTEM_FINGERPRINT,
+                "usage": usage,
+                "kv_transfer_params": None,
+            }
+        else:
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": content,
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "tool_calls": [],
+            }
+            field = self.api.config.reasoning_field
+            if field in ("reasoning", "both"):
+                message["reasoning"] = reasoning
+            if field in ("reasoning_content", "both"):
+                message["reasoning_content"] = reasoning
+            body = {
+                "id": self.rid_text,
+                "object": "chat.completion",
+                "created": self.created,
+                "model": self.model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "logprobs": None,
+                        "finish_reason": finish,
+                        "stop_reason": None,
+                        "token_ids": None,
+                    }
+                ],
+                "service_tier": None,
+                "system_fingerprint": SYSTEM_FINGERPRINT,
+                "usage": usage,
+                "prompt_logprobs": None,
+                "prompt_token_ids": None,
+                "kv_transfer_params": None,
+            }
+        data = orjson.dumps(body)
+        fault = self.fault
+        self.conn.on_close = None
+        if fault == "reset":
+            self.conn.reset()
+        elif fault == "malformed":
+            self.conn.respond(200, data[: len(data) // 2])
+        elif fault == "stall":
+            asyncio.get_running_loop().call_later(
+                self.api.faults.stall_seconds, self.conn.respond, 200, data
+            )
+        else:
+            self.conn.respond(200, data)
+
+
+class SimApi:
+    """Routes of the API port."""
+
+    def __init__(
+        self,
+        config: ApiConfig,
+        *,
+        driver: Driver,
+        metrics_text: Callable[[], bytes],
+        faults: FaultConfig,
+        rng: random.Random,
+        profiler: Any = None,
+    ) -> None:
+        self.config = config
+        self.driver = driver
+        self.metrics_text = metrics_text
+        self.faults = faults
+        self.rng = rng
+        self.profiler = profiler
+        self.ids = itertools.count(int.from_bytes(rng.randbytes(4), "big") << 24)
+        self.seq_ids = itertools.count(1)
+        self.requests_served = 0
+        self.tokens_sent = 0
+        self.created = int(time.time())
+
+    def handle(self, req: Request, conn: HttpConnection) -> None:
+        try:
+            self._route(req, conn)
+        except BadRequest as exc:
+            conn.respond(exc.status, exc.body)
+        except Exception as exc:  # a bug must not take the server down
+            conn.respond(
+                500, error_body(f"internal simulator error: {exc!r}", "InternalServerError", 500)
+            )
+
+    def _route(self, req: Request, conn: HttpConnection) -> None:
+        path, method = req.path, req.method
+        if path in {"/v1/chat/completions", "/v1/completions"}:
+            if method != "POST":
+                conn.respond(405, b'{"detail":"Method Not Allowed"}')
+                return
+            self._generate(req, conn, completion=path == "/v1/completions")
+        elif path == "/health":
+            conn.respond(200, b"", b"application/json") if method == "GET" else self._405(conn)
+        elif path == "/metrics":
+            conn.respond(200, self.metrics_text(), b"text/plain; version=0.0.4; charset=utf-8")
+        elif path == "/v1/models":
+            conn.respond(200, self._models())
+        elif path == "/version":
+            conn.respond(200, orjson.dumps({"version": VLLM_VERSION}))
+        elif path in ("/start_profile", "/stop_profile") and self.profiler is not None:
+            if method != "POST":
+                self._405(conn)
+            elif path == "/start_profile":
+                self.profiler.start()
+                conn.respond(200, b"")
+            else:
+                task = asyncio.get_running_loop().create_task(self.profiler.stop())
+                task.add_done_callback(lambda _t: conn.respond(200, b""))
+        else:
+            conn.respond(404, b'{"detail":"Not Found"}')
+
+    @staticmethod
+    def _405(conn: HttpConnection) -> None:
+        conn.respond(405, b'{"detail":"Method Not Allowed"}')
+
+    def _models(self) -> bytes:
+        name = self.config.model
+        return orjson.dumps(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": name,
+                        "object": "model",
+                        "created": self.created,
+                        "owned_by": "vllm",
+                        "root": name,
+                        "parent": None,
+                        "max_model_len": self.config.max_model_len,
+                        "permission": [
+                            {
+                                "id": f"modelperm-{self.created:016x}",
+                                "object": "model_permission",
+                                "created": self.created,
+                                "allow_create_engine": False,
+                                "allow_sampling": True,
+                                "allow_logprobs": True,
+                                "allow_search_indices": False,
+                                "allow_view": True,
+                                "allow_fine_tuning": False,
+                                "organization": "*",
+                                "group": None,
+                                "is_blocking": False,
+                            }
+                        ],
+                    }
+                ],
+            }
+        )
+
+    # -- generation --------------------------------------------------------------------------
+    def _parse(self, req: Request, completion: bool) -> tuple[dict[str, Any], str]:
+        try:
+            body = orjson.loads(req.body)
+        except orjson.JSONDecodeError as exc:
+            pos = getattr(exc, "pos", 0) or len(req.body)
+            raise BadRequest(
+                _validation_error(
+                    "json_invalid",
+                    f"body.{pos}",
+                    "JSON decode error",
+                    "'<dict of 0 items>'",
+                    "{'error': 'Expecting value'}",
+                )
+            ) from None
+        if not isinstance(body, dict):
+            raise BadRequest(
+                _validation_error(
+                    "model_attributes_type",
+                    "body",
+                    "Input should be a valid dictionary",
+                    repr(body)[:50],
+                )
+            )
+        items = f"'<dict of {len(body)} items>'"
+        field = "prompt" if completion else "messages"
+        if field not in body:
+            raise BadRequest(_validation_error("missing", f"body.{field}", "Field required", items))
+        model = body.get("model")
+        if model is not None and model != self.config.model:
+            raise BadRequest(
+                error_body(
+                    f"The model `{model}` does not exist. Valid aliases: {self.config.model}.",
+                    "NotFoundError",
+                    404,
+                    "model",
+                ),
+                404,
+            )
+        if completion:
+            prompt = body["prompt"]
+            if isinstance(prompt, list):
+                prompt = " ".join(str(p) for p in prompt)
+            if not isinstance(prompt, str):
+                raise BadRequest(
+                    _validation_error(
+                        "string_type", "body.prompt", "Input should be a valid string", items
+                    )
+                )
+            return body, prompt
+        messages = body["messages"]
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest(
+                _validation_error(
+                    "list_type", "body.messages", "Input should be a valid list", items
+                )
+            )
+        texts: list[str] = []
+        for message in messages:
+            if not isinstance(message, dict) or "role" not in message:
+                raise BadRequest(
+                    _validation_error("missing", "body.messages.0.role", "Field required", items)
+                )
+            content = message.get("content")
+            if isinstance(content, list):
+                texts.extend(
+                    str(part.get("text", "")) for part in content if isinstance(part, dict)
+                )
+            elif content is not None:
+                texts.append(str(content))
+        return body, "\n".join(texts)
+
+    def _max_tokens(self, body: dict[str, Any], prompt_tokens: int) -> int:
+        limit = self.config.max_model_len - prompt_tokens
+        if limit < 1:
+            raise BadRequest(
+                error_body(
+                    f"This model's maximum context length is {self.config.max_model_len} tokens. "
+                    f"However, your request has {prompt_tokens} input tokens.",
+                    "BadRequestError",
+                    400,
+                )
+            )
+        for key in ("max_completion_tokens", "max_tokens"):
+            value = body.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise BadRequest(
+                    _validation_error(
+                        "int_type", f"body.{key}", "Input should be a valid integer", repr(value)
+                    )
+                )
+            if value < 1:
+                raise BadRequest(
+                    error_body(
+                        f"{key} must be at least 1, got {value}.", "BadRequestError", 400, key
+                    )
+                )
+            return min(value, limit)
+        return limit
+
+    def _generate(self, req: Request, conn: HttpConnection, *, completion: bool) -> None:
+        body, prompt_text = self._parse(req, completion)
+        prompt_tokens = prompt_tokens_of(prompt_text)
+        max_tokens = self._max_tokens(body, prompt_tokens)
+        streaming = bool(body.get("stream", False))
+        options = body.get("stream_options") or {}
+        if not isinstance(options, dict):
+            options = {}
+        fault = self.faults.pick(self.rng)
+        if fault in STATUS_FAULTS:
+            status = STATUS_FAULTS[fault]
+            conn.respond(
+                status, error_body(f"simulated fault {fault}", STATUS_TYPES[status], status)
+            )
+            return
+        category = category_of(req.headers.get(CATEGORY_HEADER), prompt_text)
+        if self.config.fixed_workload is not None:
+            reasoning, content = self.config.fixed_workload
+        else:
+            work = draw_workload(category, self.rng)
+            reasoning, content = work.reasoning_tokens, work.content_tokens
+        target = max(1, min(reasoning + content, max_tokens))
+        stream = Stream(
+            self,
+            conn,
+            completion=completion,
+            streaming=streaming,
+            include_usage=bool(options.get("include_usage", False)),
+            continuous=bool(options.get("continuous_usage_stats", False)),
+            prompt_tokens=prompt_tokens,
+            fault=fault,
+            fault_at=1 + int(self.rng.random() * max(1, target - 1)),
+        )
+        loop = asyncio.get_running_loop()
+        seq = Sequence(
+            next(self.seq_ids),
+            category=category,
+            prompt_tokens=prompt_tokens,
+            reasoning_tokens=reasoning,
+            content_tokens=content,
+            max_tokens=max_tokens,
+            arrival=loop.time(),
+            emit=stream.emit,
+        )
+        stream.seq = seq
+        self.requests_served += 1
+        driver = self.driver
+        conn.on_close = lambda: driver.abort(seq)
+        if streaming:
+            conn.start_stream()
+        driver.submit(seq)

@@ -1,0 +1,205 @@
+"""Drivers that turn the engine's steps into wall-clock time.
+
+* :class:`SteppingDriver` runs :class:`~simulator.engine.EngineCore`'s step loop:
+  each step sleeps its cost-model duration / ``time_scale`` (x the degradation
+  factor) against absolute deadlines, so timer lateness never accumulates.
+* :class:`FixedDriver` is the fixed-timing profile for accuracy tests: no
+  batching; each request gets its first chunk exactly ``ttft_s`` after arrival,
+  then one chunk every ``itl_s``, each of ``tokens_per_chunk`` tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from simulator.engine import EngineCore, Sequence, StepPlan, record_finished
+from simulator.metrics import EngineMetrics
+
+# Keep the step cadence when a wake-up is at most this late; beyond, restart from now.
+_MAX_CATCH_UP_S = 0.05
+
+
+@dataclass
+class Degradation:
+    """Step time x ``factor`` once ``active_from`` (loop time) has passed."""
+
+    factor: float = 1.0
+    active_from: float = float("inf")
+
+    def current(self, now: float) -> float:
+        return self.factor if now >= self.active_from else 1.0
+
+
+class LagStats:
+    """Scheduling lag of timer wake-ups (how late a step or chunk left), last N kept."""
+
+    def __init__(self, keep: int = 20000) -> None:
+        self.samples: deque[float] = deque(maxlen=keep)
+
+    def add(self, lag_s: float) -> None:
+        self.samples.append(lag_s)
+
+    def quantile(self, q: float) -> float:
+        if not self.samples:
+            return 0.0
+        ordered = sorted(self.samples)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+StepObserver = Callable[[StepPlan, float, float], None]  # plan, start (loop time), duration_s
+
+
+class SteppingDriver:
+    def __init__(
+        self,
+        core: EngineCore,
+        *,
+        time_scale: float,
+        degradation: Degradation,
+        lag: LagStats,
+        on_step: StepObserver | None = None,
+    ) -> None:
+        self.core = core
+        self.time_scale = time_scale
+        self.degradation = degradation
+        self.lag = lag
+        self.on_step = on_step
+        self._wake: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    def submit(self, seq: Sequence) -> None:
+        self.core.add(seq)
+        wake = self._wake
+        if wake is not None and not wake.done():
+            wake.set_result(None)
+
+    def abort(self, seq: Sequence) -> None:
+        self.core.abort(seq, asyncio.get_running_loop().time())
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        core = self.core
+        deadline: float | None = None
+        while True:
+            now = loop.time()
+            plan = core.plan(now)
+            if plan is None:
+                self._wake = loop.create_future()
+                await self._wake
+                self._wake = None
+                deadline = None
+                continue
+            factor = self.degradation.current(now)
+            duration = plan.duration_s * factor / self.time_scale
+            start = now if deadline is None or now - deadline > _MAX_CATCH_UP_S else deadline
+            deadline = start + duration
+            delay = deadline - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            woke = loop.time()
+            self.lag.add(max(0.0, woke - deadline))
+            core.complete(plan, woke)
+            if self.on_step is not None:
+                self.on_step(plan, start, plan.duration_s * factor)
+
+
+class FixedDriver:
+    """Exact timings, one timer chain per request, no batching interference."""
+
+    def __init__(
+        self,
+        metrics: EngineMetrics,
+        *,
+        ttft_s: float,
+        itl_s: float,
+        tokens_per_chunk: int,
+        degradation: Degradation,
+        lag: LagStats,
+        kv_cache_tokens: int,
+    ) -> None:
+        self.metrics = metrics
+        self.ttft_s = ttft_s
+        self.itl_s = itl_s
+        self.tokens_per_chunk = tokens_per_chunk
+        self.degradation = degradation
+        self.lag = lag
+        self.kv_cache_tokens = kv_cache_tokens
+        self.active: dict[int, tuple[Sequence, asyncio.TimerHandle]] = {}
+        self.kv_tokens = 0
+
+    def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        for _, handle in self.active.values():
+            handle.cancel()
+        self.active.clear()
+
+    def _gauges(self) -> None:
+        m = self.metrics
+        m.running = len(self.active)
+        m.kv_cache_usage = min(1.0, self.kv_tokens / max(1, self.kv_cache_tokens))
+
+    def submit(self, seq: Sequence) -> None:
+        loop = asyncio.get_running_loop()
+        seq.scheduled = seq.arrival
+        due = seq.arrival + self.ttft_s
+        self.kv_tokens += seq.prompt_tokens
+        self.active[seq.rid] = (seq, loop.call_at(due, self._tick, seq, due))
+        self._gauges()
+
+    def abort(self, seq: Sequence) -> None:
+        entry = self.active.pop(seq.rid, None)
+        if entry is None or seq.aborted:
+            return
+        seq.aborted = True
+        entry[1].cancel()
+        self.kv_tokens -= seq.prompt_tokens + seq.generated
+        self.metrics.request_success["abort"].inc()
+        self._gauges()
+
+    def _tick(self, seq: Sequence, due: float) -> None:
+        if seq.aborted:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self.lag.add(max(0.0, now - due))
+        m = self.metrics
+        n = min(self.tokens_per_chunk, seq.target - seq.generated)
+        r, c = seq.split(n)
+        first = seq.generated == 0
+        seq.generated += n
+        self.kv_tokens += n
+        m.generation_tokens.value += n
+        m.h_iteration_tokens.observe(n + (seq.prompt_tokens if first else 0))
+        if first:
+            m.add_prompt_tokens(seq.prompt_tokens)
+            m.h_ttft.observe(now - seq.arrival)
+            seq.first_token = now
+        else:
+            m.h_itl.observe(now - seq.last_token)
+        seq.last_token = now
+        if seq.generated >= seq.target:
+            self.active.pop(seq.rid, None)
+            self.kv_tokens -= seq.prompt_tokens + seq.generated
+            record_finished(m, seq, now)
+            self._gauges()
+            seq.emit(seq, r, c, seq.finish_reason, now)
+            return
+        next_due = due + self.itl_s * self.degradation.current(now)
+        self.active[seq.rid] = (seq, loop.call_at(next_due, self._tick, seq, next_due))
+        seq.emit(seq, r, c, None, now)

@@ -1,0 +1,67 @@
+"""Faults on demand: each kind happens to a request with its own rate.
+
+``http500``, ``http503``, ``http429`` answer at once with that status and
+vLLM's error body; the stream faults strike part-way through a stream:
+``reset`` drops the connection with a TCP RST, ``malformed`` inserts a chunk of
+broken JSON, ``stall`` holds the stream for ``--stall-seconds`` (wall clock),
+``no-done`` ends the stream without ``data: [DONE]``. At most one fault per
+request; kinds are tried in this order.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from specload.errors import UsageError
+
+FAULT_KINDS: tuple[str, ...] = (
+    "http500",
+    "http503",
+    "http429",
+    "reset",
+    "malformed",
+    "stall",
+    "no-done",
+)
+STATUS_FAULTS: dict[str, int] = {"http500": 500, "http503": 503, "http429": 429}
+STATUS_TYPES: dict[int, str] = {
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+    429: "TooManyRequests",
+}
+
+
+@dataclass(frozen=True)
+class FaultConfig:
+    rates: dict[str, float]
+    stall_seconds: float = 30.0
+
+    def pick(self, rng: random.Random) -> str | None:
+        for kind in FAULT_KINDS:
+            rate = self.rates.get(kind, 0.0)
+            if rate > 0 and rng.random() < rate:
+                return kind
+        return None
+
+
+def parse_fault_rates(items: list[str] | None) -> dict[str, float]:
+    """``["http500=0.1", "stall=0.01"]`` → rates; bad items raise UsageError naming them."""
+    rates: dict[str, float] = {}
+    for item in items or []:
+        kind, sep, text = item.partition("=")
+        kind = kind.strip()
+        if not sep:
+            raise UsageError(f"--fault-rate {item!r}: expected KIND=RATE")
+        if kind not in FAULT_KINDS:
+            raise UsageError(
+                f"--fault-rate {item!r}: unknown kind {kind!r} (kinds: {', '.join(FAULT_KINDS)})"
+            )
+        try:
+            rate = float(text)
+        except ValueError:
+            raise UsageError(f"--fault-rate {item!r}: rate must be a number in [0, 1]") from None
+        if not 0.0 <= rate <= 1.0:
+            raise UsageError(f"--fault-rate {item!r}: rate must be in [0, 1]")
+        rates[kind] = rate
+    return rates

@@ -1,0 +1,401 @@
+"""The simulated server's life: load, serve, reload (control port or SIGHUP), stop.
+
+While loading, the API port is closed — connections are refused, as with real
+vLLM. A reload closes the port, drops every connection, starts a fresh engine
+(counters reset, ``process_start_time_seconds`` changes) and loads again. The
+control port (loopback) stays up throughout:
+
+* ``GET /state`` — variant, state (``loading``/``ready``), loading progress,
+  scheduling lag, requests and tokens served;
+* ``POST /reload`` — optional JSON ``{"variant": "ngram", "load_time": 5}``;
+* ``POST /degrade`` — JSON ``{"factor": 2.0, "after": 0}``: step time x factor from
+  ``after`` seconds from now (factor 1 restores).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import signal
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from simulator.api import VLLM_VERSION, ApiConfig, SimApi
+from simulator.costmodel import CostModel
+from simulator.driver import Degradation, FixedDriver, LagStats, SteppingDriver
+from simulator.engine import EngineCore, SchedulerLimits
+from simulator.faults import FaultConfig
+from simulator.http import HttpConnection, Request, serve
+from simulator.metrics import EngineMetrics, cache_config_labels, process_families
+from simulator.profiler import Profiler
+from simulator.variants import Variant, variant_named
+
+log = logging.getLogger("simulator")
+CHECKPOINT_SHARDS = 62
+BLOCK_SIZE = 64
+
+
+@dataclass(frozen=True)
+class FixedTiming:
+    ttft_s: float
+    itl_s: float
+    tokens_per_chunk: int
+    reasoning_tokens: int
+    content_tokens: int
+
+
+@dataclass
+class SimConfig:
+    variant: Variant
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str = "moonshotai/Kimi-K2.5"
+    time_scale: float = 1.0
+    seed: int = 0
+    load_time_s: float = 0.0
+    control_port: int | None = None
+    log_file: Path | None = None
+    profiler_dir: Path | None = None
+    profiler_max_steps: int = 300
+    reasoning_field: str = "reasoning"
+    cost: CostModel = field(default_factory=CostModel)
+    limits: SchedulerLimits = field(default_factory=SchedulerLimits)
+    max_model_len: int = 262144
+    faults: FaultConfig = field(default_factory=lambda: FaultConfig({}))
+    fixed: FixedTiming | None = None
+    degrade_after_s: float | None = None
+    degrade_factor: float = 1.0
+    allreduce_family: str = "nccl"
+    variant_overrides: dict[str, str] = field(default_factory=dict)
+
+
+class SimServer:
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.variant = config.variant
+        self.state = "starting"
+        self.progress = 0.0
+        self.load_time_s = config.load_time_s
+        self.generation = 0
+        self.started_at = time.time()
+        self.lag = LagStats()
+        self.degradation = Degradation()
+        self.connections: set[HttpConnection] = set()
+        self.api_server: asyncio.Server | None = None
+        self.control_server: asyncio.Server | None = None
+        self.api: SimApi | None = None
+        self.metrics: EngineMetrics | None = None
+        self.driver: SteppingDriver | FixedDriver | None = None
+        self.profiler: Profiler | None = None
+        self.port = config.port
+        self.control_port = config.control_port
+        self._boot_task: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.config.control_port is not None:
+            self.control_server = await serve(self._control, "127.0.0.1", self.config.control_port)
+            self.control_port = self.control_server.sockets[0].getsockname()[1]
+        for sig, action in (
+            (signal.SIGHUP, self._sighup),
+            (signal.SIGTERM, self._stop),
+            (signal.SIGINT, self._stop),
+        ):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, action)
+        self._boot_task = loop.create_task(self._boot(self.config.load_time_s))
+        await self._stopped.wait()
+        await self._shutdown_engine()
+        if self.control_server is not None:
+            self.control_server.close()
+
+    def _stop(self) -> None:
+        log.info("Shutting down FastAPI HTTP server.")
+        self._stopped.set()
+
+    def _sighup(self) -> None:
+        log.info("Received SIGHUP: restarting the engine as %s", self.variant.name)
+        self.request_reload(None, None)
+
+    def request_reload(self, variant: str | None, load_time_s: float | None) -> None:
+        if variant is not None:
+            self.variant = variant_named(variant).with_overrides(self.config.variant_overrides)
+        load = self.config.load_time_s if load_time_s is None else load_time_s
+        if self._boot_task is not None and not self._boot_task.done():
+            self._boot_task.cancel()
+        self._boot_task = asyncio.get_running_loop().create_task(self._reload(load))
+
+    async def _reload(self, load_time_s: float) -> None:
+        await self._shutdown_engine()
+        await self._boot(load_time_s)
+
+    async def _shutdown_engine(self) -> None:
+        if self.api_server is not None:
+            self.api_server.close()
+            self.api_server = None
+        for conn in list(self.connections):
+            conn.on_close = None
+            conn.reset()
+        self.connections.clear()
+        if self.profiler is not None and self.profiler.active:
+            await self.profiler.stop()
+        if self.driver is not None:
+            await self.driver.stop()
+            self.driver = None
+        self.state = "stopped"
+
+    async def _boot(self, load_time_s: float) -> None:
+        config = self.config
+        self.generation += 1
+        self.state = "loading"
+        self.progress = 0.0
+        self.load_time_s = load_time_s
+        self.started_at = time.time()
+        variant = self.variant
+        log.info("vLLM API server version %s", VLLM_VERSION)
+        log.info(
+            "Initializing a V1 LLM engine (v%s) with config: model='%s', speculative_config=%s, "
+            "tokenizer='%s', skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, "
+            "trust_remote_code=True, dtype=torch.bfloat16, max_seq_len=%d, download_dir=None, "
+            "load_format=auto, tensor_parallel_size=%d, pipeline_parallel_size=1, "
+            "data_parallel_size=1, disable_custom_all_reduce=False, "
+            "quantization=compressed-tensors, "
+            "enforce_eager=False, kv_cache_dtype=auto, device_config=cuda, "
+            "served_model_name=%s, enable_prefix_caching=True, enable_chunked_prefill=True",
+            VLLM_VERSION,
+            config.model,
+            variant.speculative_config(),
+            config.model,
+            config.max_model_len,
+            config.cost.tp,
+            config.model,
+        )
+        if load_time_s > 0:
+            await self._load_progress(load_time_s)
+        self._new_engine()
+        self.api_server = await serve(self._api_handle, config.host, self.port, self.connections)
+        self.port = self.api_server.sockets[0].getsockname()[1]
+        self.state = "ready"
+        self.progress = 1.0
+        log.info("Starting vLLM API server 0 on http://%s:%d", config.host, self.port)
+        log.info("Started server process [%d]", os.getpid())
+        log.info("Waiting for application startup.")
+        log.info("Application startup complete.")
+        log.info("Uvicorn running on http://%s:%d (Press CTRL+C to quit)", config.host, self.port)
+
+    async def _load_progress(self, load_time_s: float) -> None:
+        """Checkpoint shards over the first 80% of the window, then graph capture."""
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        shards_until = 0.8 * load_time_s
+        for shard in range(1, CHECKPOINT_SHARDS + 1):
+            due = t0 + shards_until * shard / CHECKPOINT_SHARDS
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            elapsed = loop.time() - t0
+            rate = shard / elapsed if elapsed > 0 else 0.0
+            remaining = (CHECKPOINT_SHARDS - shard) / rate if rate > 0 else 0.0
+            self.progress = 0.8 * shard / CHECKPOINT_SHARDS
+            log.info(
+                "Loading safetensors checkpoint shards: %3d%% Completed | %d/%d [%s<%s, %5.2fit/s]",
+                round(100 * shard / CHECKPOINT_SHARDS),
+                shard,
+                CHECKPOINT_SHARDS,
+                _clock(elapsed),
+                _clock(remaining),
+                rate,
+            )
+        log.info("Loading weights took %.2f seconds", loop.time() - t0)
+        log.info("Model loading took 71.4521 GiB memory and %.6f seconds", loop.time() - t0)
+        graphs = 67
+        for i in range(1, graphs + 1):
+            due = t0 + shards_until + (load_time_s - shards_until) * i / graphs
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            self.progress = 0.8 + 0.2 * i / graphs
+            if i in (1, graphs // 2, graphs):
+                log.info(
+                    "Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): %3d%% | %d/%d",
+                    round(100 * i / graphs),
+                    i,
+                    graphs,
+                )
+        log.info("Graph capturing finished in %.0f secs", (load_time_s - shards_until))
+
+    def _new_engine(self) -> None:
+        config = self.config
+        variant = self.variant
+        limits = config.limits
+        rng = random.Random(config.seed * 1000003 + self.generation)
+        positions = variant.num_speculative_tokens if variant.speculative else 0
+        blocks = max(1, limits.kv_cache_tokens // BLOCK_SIZE)
+        metrics = EngineMetrics(
+            model_name=config.model,
+            max_model_len=config.max_model_len,
+            speculative_positions=positions,
+            cache_info=cache_config_labels(
+                block_size=BLOCK_SIZE,
+                num_gpu_blocks=blocks,
+                max_concurrency=round(blocks * BLOCK_SIZE / config.max_model_len, 2),
+            ),
+        )
+        self.metrics = metrics
+        loop = asyncio.get_running_loop()
+        self.degradation = Degradation()
+        if config.degrade_after_s is not None:
+            self.degradation = Degradation(
+                config.degrade_factor, loop.time() + config.degrade_after_s
+            )
+        self.lag = LagStats()
+        self.profiler = None
+        if config.profiler_dir is not None:
+            self.profiler = Profiler(
+                config.profiler_dir,
+                cost=config.cost,
+                variant=variant.name,
+                allreduce_family=config.allreduce_family,
+                time_scale=config.time_scale,
+                max_steps=config.profiler_max_steps,
+            )
+        driver: SteppingDriver | FixedDriver
+        if config.fixed is not None:
+            fixed = config.fixed
+            driver = FixedDriver(
+                metrics,
+                ttft_s=fixed.ttft_s,
+                itl_s=fixed.itl_s,
+                tokens_per_chunk=fixed.tokens_per_chunk,
+                degradation=self.degradation,
+                lag=self.lag,
+                kv_cache_tokens=limits.kv_cache_tokens,
+            )
+        else:
+            core = EngineCore(config.cost, variant, metrics, random.Random(rng.random()), limits)
+            driver = SteppingDriver(
+                core,
+                time_scale=config.time_scale,
+                degradation=self.degradation,
+                lag=self.lag,
+                on_step=self.profiler.on_step if self.profiler is not None else None,
+            )
+        driver.start()
+        self.driver = driver
+        fixed_workload = None
+        if config.fixed is not None:
+            fixed_workload = (config.fixed.reasoning_tokens, config.fixed.content_tokens)
+        self.api = SimApi(
+            ApiConfig(
+                model=config.model,
+                max_model_len=config.max_model_len,
+                reasoning_field=config.reasoning_field,
+                fixed_workload=fixed_workload,
+            ),
+            driver=driver,
+            metrics_text=self._metrics_text,
+            faults=config.faults,
+            rng=rng,
+            profiler=self.profiler,
+        )
+
+    def _metrics_text(self) -> bytes:
+        assert self.metrics is not None
+        return process_families(self.metrics.start_time) + self.metrics.render()
+
+    def _api_handle(self, req: Request, conn: HttpConnection) -> None:
+        if self.api is None or self.state != "ready":
+            conn.reset()
+            return
+        self.api.handle(req, conn)
+
+    # -- control port ------------------------------------------------------------------------
+    def state_json(self) -> dict[str, Any]:
+        return {
+            "variant": self.variant.name,
+            "state": self.state,
+            "loading_progress": round(self.progress, 4),
+            "load_time_s": self.load_time_s,
+            "generation": self.generation,
+            "pid": os.getpid(),
+            "port": self.port,
+            "model": self.config.model,
+            "time_scale": self.config.time_scale,
+            "timing": "fixed" if self.config.fixed is not None else "model",
+            "speculative_config": self.variant.cli_json() or None,
+            "process_start_time_seconds": self.metrics.start_time if self.metrics else None,
+            "requests_served": self.api.requests_served if self.api else 0,
+            "tokens_sent": self.api.tokens_sent if self.api else 0,
+            "scheduling_lag_p50_s": self.lag.quantile(0.5),
+            "scheduling_lag_p99_s": self.lag.quantile(0.99),
+            "scheduling_lag_samples": len(self.lag.samples),
+            "degrade": {
+                "factor": self.degradation.factor,
+                "active": self.degradation.current(asyncio.get_running_loop().time()) != 1.0,
+            },
+        }
+
+    def _control(self, req: Request, conn: HttpConnection) -> None:
+        try:
+            body: Any = orjson.loads(req.body) if req.body.strip() else {}
+        except orjson.JSONDecodeError:
+            conn.respond(400, b'{"error":"body is not JSON"}')
+            return
+        if not isinstance(body, dict):
+            conn.respond(400, b'{"error":"body must be a JSON object"}')
+            return
+        if req.path == "/state" and req.method == "GET":
+            conn.respond(200, orjson.dumps(self.state_json()))
+        elif req.path == "/health" and req.method == "GET":
+            conn.respond(200, b"{}")
+        elif req.path == "/reload" and req.method == "POST":
+            variant = body.get("variant")
+            load_time = body.get("load_time")
+            try:
+                if variant is not None:
+                    variant_named(str(variant))
+                if load_time is not None and (
+                    not isinstance(load_time, int | float) or load_time < 0
+                ):
+                    raise ValueError("load_time must be a non-negative number of seconds")
+            except Exception as exc:
+                conn.respond(400, orjson.dumps({"error": str(exc)}))
+                return
+            self.request_reload(
+                None if variant is None else str(variant),
+                None if load_time is None else float(load_time),
+            )
+            conn.respond(
+                202, orjson.dumps({"state": "loading", "variant": variant or self.variant.name})
+            )
+        elif req.path == "/degrade" and req.method == "POST":
+            factor = body.get("factor", 1.0)
+            after = body.get("after", 0.0)
+            if (
+                not isinstance(factor, int | float)
+                or factor <= 0
+                or not isinstance(after, int | float)
+                or after < 0
+            ):
+                conn.respond(400, b'{"error":"factor must be > 0 and after >= 0 (seconds)"}')
+                return
+            now = asyncio.get_running_loop().time()
+            self.degradation.factor = float(factor)
+            self.degradation.active_from = now + float(after)
+            conn.respond(200, orjson.dumps({"factor": factor, "after": after}))
+        else:
+            conn.respond(404, b'{"error":"not found"}')
+
+
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 60:02d}:{seconds % 60:02d}"
+
+
+def with_variant(config: SimConfig, variant: Variant) -> SimConfig:
+    return replace(config, variant=variant)

@@ -1,0 +1,188 @@
+"""One ``specload run``: validate, wait for the target, sweep with Locust, write results.
+
+Imports Locust (and so gevent's monkey-patching) at the top: import this module
+only to run a sweep.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+from gevent import monkey
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")  # ssl may already be imported by the command line
+    monkey.patch_all()
+
+import argparse
+import logging
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import gevent
+
+from specload import __version__
+from specload.load.records import RequestRecord
+from specload.results.plots import write_plots
+from specload.results.report import summary_markdown
+from specload.results.writer import SUMMARY_MD_FILE, ResultsWriter
+from specload.sweep import readiness
+from specload.sweep.backend import LocustBackend
+from specload.sweep.cli import (
+    LOAD_OPTIONS,
+    public_options,
+    worker_argv,
+)
+from specload.sweep.driver import OutagePolicy, SweepDriver
+from specload.sweep.progress import Progress
+from specload.sweep.server import ServerProbe, http_scraper
+from specload.sweep.settings import SweepSettings
+
+EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
+EXIT_OUTAGE = 3
+
+
+def _setup_logging(out_dir: Path) -> logging.Handler:
+    handler = logging.FileHandler(out_dir / "run.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    return handler
+
+
+def run_sweep(args: argparse.Namespace, settings: SweepSettings) -> int:
+    plan = settings.plan
+    url = settings.url
+    metrics_url = settings.metrics_url
+    writer = ResultsWriter(settings.out_dir)
+    log_handler = _setup_logging(writer.dir)
+    progress = Progress(args.progress)
+    backend: LocustBackend | None = None
+    try:
+        progress.message(
+            f"specload run: variant {args.variant}, target {url.root}, "
+            f"{plan.mode} loop {', '.join(plan.step_names)}, results in {writer.dir}"
+        )
+        ready = readiness.wait_ready(
+            url,
+            timeout_s=settings.ready_timeout_s,
+            api_key=args.api_key or None,
+            on_wait=lambda left, problem: progress.countdown(left, problem, url.root),
+        )
+        model = args.model or ready.models[0]
+        args.model = model
+        progress.message(
+            f"target ready after {ready.waited_s:.1f}s: model {model}, "
+            f"server {ready.server_version or 'version unknown'}"
+        )
+        load_options = {o.dest: getattr(args, o.dest) for o in LOAD_OPTIONS}
+        argv, env = worker_argv(args)
+        backend = LocustBackend(
+            host=url.root,
+            load_options=load_options,
+            worker_argv=argv,
+            worker_env=env,
+            workers=args.workers,
+            expect_workers=args.expect_workers,
+            master_bind_host=args.master_bind_host,
+            master_bind_port=args.master_bind_port,
+            log_dir=writer.dir,
+        )
+        backend.start_workers()
+        if backend.metrics_port:
+            progress.message(f"client metrics on port {backend.metrics_port} (/metrics)")
+
+        def server_probe() -> ServerProbe:
+            assert metrics_url is not None
+            return ServerProbe(http_scraper(metrics_url))
+
+        def wait_again(timeout_s: float) -> None:
+            readiness.wait_ready(
+                url,
+                timeout_s=timeout_s,
+                api_key=args.api_key or None,
+                on_wait=lambda left, problem: progress.countdown(left, problem, url.root),
+            )
+
+        driver = SweepDriver(
+            plan,
+            backend,
+            clock=time.monotonic,
+            wall=time.time,
+            sleep=gevent.sleep,
+            on_summary=writer.write_summary,
+            on_record_written=writer.append,
+            server=server_probe if metrics_url else None,
+            outage=OutagePolicy(
+                mode=args.on_outage,
+                timeout_s=settings.outage_timeout_s,
+                is_refusing=lambda: readiness.is_refusing(url),
+                wait_ready=wait_again,
+            ),
+            metadata={
+                "schema_version": 1,
+                "specload_version": __version__,
+                "variant": args.variant,
+                "host": url.root,
+                "metrics_url": metrics_url,
+                "model": model,
+                "server_version": ready.server_version,
+                "workers": args.expect_workers if args.expect_workers is not None else args.workers,
+                "options": public_options(args),
+                "ready_wait_s": ready.waited_s,
+            },
+            drain_timeout_s=settings.drain_timeout_s,
+            on_tick=progress.tick,
+        )
+
+        def on_record(record: RequestRecord) -> None:
+            driver.on_record(record.to_dict(include_histograms=True))
+
+        backend.subscribe(on_record)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            gevent.signal_handler(signum, driver.request_stop, signal.Signals(signum).name)
+        summary = driver.run()
+        writer.close()
+        writer.write_text(SUMMARY_MD_FILE, summary_markdown(summary))
+        plots = write_plots([summary], writer.dir)
+        progress.close()
+        _report(progress, summary, writer, plots)
+        if summary["status"] == "interrupted":
+            return EXIT_INTERRUPTED.get(str(summary.get("stop_reason")), 130)
+        if summary["status"] == "failed":
+            progress.message(f"specload run: stopped: {summary.get('stop_reason')}")
+            return EXIT_OUTAGE
+        return 0
+    finally:
+        progress.close()
+        writer.close()
+        if backend is not None:
+            backend.close()
+        logging.getLogger().removeHandler(log_handler)
+        log_handler.close()
+
+
+def _report(
+    progress: Progress, summary: dict[str, Any], writer: ResultsWriter, plots: list[Path]
+) -> None:
+    for level in summary["levels"]:
+        tpot = level.get("median_tpot_ms")
+        tok = level.get("output_throughput")
+        acc = (level.get("server") or {}).get("spec_decode_acceptance_rate")
+        progress.message(
+            f"  {level['name']}: {level['completed']} ok, {level['failed']} failed, "
+            f"median TPOT {'-' if tpot is None else f'{tpot:.2f} ms'}, "
+            f"{'-' if tok is None else f'{tok:.1f}'} output tok/s"
+            + ("" if acc is None else f", acceptance {acc:.2f}")
+            + ("" if level.get("complete") else " (partial)")
+        )
+    progress.message(
+        f"{summary['status']}: {writer.records_written} requests in {writer.requests_path}; "
+        f"summary {writer.summary_path}, {writer.dir / SUMMARY_MD_FILE}; plots "
+        + ", ".join(p.name for p in plots)
+    )

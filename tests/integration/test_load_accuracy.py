@@ -1,0 +1,99 @@
+"""Accuracy against exact known timing: the simulator's fixed profile.
+
+Each request streams R reasoning then C content tokens, K tokens per chunk:
+the first chunk at TTFT, then one chunk every ITL. Truth:
+TTFCT = TTFT + (index of the first chunk holding content) * ITL and
+TPOT = (chunks - 1) * ITL / (tokens - 1). Medians within 1%, counts exact,
+at concurrency 1 and 64.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    reasoning: int
+    content: int
+    per_chunk: int
+    itl_s: float
+    max_tokens: int = 1000
+    ttft_s: float = 0.2
+
+    @property
+    def tokens(self) -> int:
+        return min(self.reasoning + self.content, self.max_tokens)
+
+    @property
+    def chunks(self) -> int:
+        return math.ceil(self.tokens / self.per_chunk)
+
+    @property
+    def reasoning_out(self) -> int:
+        return min(self.reasoning, self.tokens)
+
+    @property
+    def content_out(self) -> int:
+        return self.tokens - self.reasoning_out
+
+    @property
+    def tpot_s(self) -> float:
+        return (self.chunks - 1) * self.itl_s / (self.tokens - 1)
+
+    @property
+    def ttfct_s(self) -> float | None:
+        if self.content_out == 0:
+            return None
+        return self.ttft_s + (self.reasoning // self.per_chunk) * self.itl_s
+
+    def sim_args(self) -> list[str]:
+        return ["--timing", "fixed", "--fixed-ttft", str(self.ttft_s),
+                "--fixed-itl", str(self.itl_s), "--fixed-tokens-per-chunk", str(self.per_chunk),
+                "--fixed-reasoning-tokens", str(self.reasoning),
+                "--fixed-content-tokens", str(self.content)]
+
+
+CASES = [
+    Case("1-token-chunks", 20, 20, 1, 0.02),
+    Case("3-token-chunks", 30, 30, 3, 0.02),
+    Case("80-reasoning-20-content", 80, 20, 1, 0.01),
+    Case("truncated-in-reasoning", 80, 20, 3, 0.02, max_tokens=50),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_medians_within_1pct_and_counts_exact(load_sim, run_locust, case: Case) -> None:
+    sim = load_sim(case.sim_args())
+    for users, seconds in ((1, 3), (64, 3)):
+        run = run_locust(sim.url, users=users, seconds=seconds,
+                         args=["--max-tokens", str(case.max_tokens)])
+        assert run.returncode == 0, run.stderr[-2000:]
+        ok = run.ok()
+        assert len(ok) == len(run.records), [r["error_kind"] for r in run.records]
+        assert len(ok) >= (2 if users == 1 else 64)
+        for r in ok:
+            assert (r["tokens_reasoning"], r["tokens_content"]) == (
+                case.reasoning_out, case.content_out), r
+            assert r["tokens_output"] == case.tokens
+            assert r["chunks"] == case.chunks
+            assert r["token_count_source"] == "exact"
+            assert r["reasoning_truncated"] == (case.content_out == 0)
+            assert r["finish_reason"] == ("length" if case.max_tokens < 100 else "stop")
+        where = f"{case.name} at concurrency {users}"
+        ttft = statistics.median(r["ttft_s"] for r in ok)
+        assert ttft == pytest.approx(case.ttft_s, rel=0.01), where
+        tpot = statistics.median(r["tpot_s"] for r in ok)
+        assert tpot == pytest.approx(case.tpot_s, rel=0.01), where
+        if case.ttfct_s is None:
+            assert all(r["ttfct_s"] is None for r in ok)
+        else:
+            ttfct = statistics.median(r["ttfct_s"] for r in ok)
+            assert ttfct == pytest.approx(case.ttfct_s, rel=0.01), where

@@ -1,0 +1,202 @@
+"""`specload stack` on this machine: real simulators, exporter, Prometheus, Alertmanager,
+Locust master and worker as processes; a sweep through it; a reload seen by the
+exporter and Prometheus; `down` leaves no process behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from specload.promtext import parse
+from specload.stack.procs import ProcessId, group_members, is_running
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def specload(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "specload", *args], capture_output=True, text=True,
+        timeout=timeout, cwd=ROOT, check=False,
+    )
+
+
+T0 = [time.monotonic()]
+
+
+def mark(what: str) -> None:
+    print(f"{time.monotonic() - T0[0]:6.1f}s {what}")
+
+
+def wait_for(check: Any, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def metric_value(url: str, name: str, labels: dict[str, str]) -> float | None:
+    try:
+        text = httpx.get(url, timeout=2).text
+    except httpx.HTTPError:
+        return None
+    family = parse(text).get_family(name)
+    return None if family is None else family.total(labels)
+
+
+@pytest.fixture
+def stack_dir(tmp_path: Path) -> Any:
+    state = tmp_path / "stack"
+    yield state
+    # Whatever happens in the test, stop what was started.
+    specload("stack", "down", "--state-dir", str(state), timeout=60)
+    for pid in processes_mentioning(str(state)):
+        os.kill(pid, 9)
+
+
+@pytest.mark.slow
+def test_stack_up_sweep_reload_down(stack_dir: Path, tmp_path: Path) -> None:
+    T0[0] = time.monotonic()
+    up = specload("stack", "up", "--state-dir", str(stack_dir), "--free-ports",
+                  "--workers", "1", "--scrape-interval", "1s", "--load-time", "1s",
+                  "--time-scale", "20", "--timeout", "60s")
+    assert up.returncode == 0, up.stdout + up.stderr
+    mark("up")
+    assert "prometheus" in up.stdout and "http://127.0.0.1:" in up.stdout
+    state = json.loads((stack_dir / "stack.json").read_text())
+    parts = {p["name"]: p for p in state["parts"]}
+    assert set(parts) == {"baseline", "ngram", "alertmanager", "exporter", "prometheus",
+                          "locust-master", "locust-worker-1"}
+    prometheus = parts["prometheus"]["url"]
+
+    # A second `up` on the same folder is refused.
+    again = specload("stack", "up", "--state-dir", str(stack_dir), "--free-ports")
+    assert again.returncode == 2 and "already running" in again.stderr
+
+    status = specload("stack", "status", "--state-dir", str(stack_dir), "--json")
+    assert status.returncode == 0, status.stdout
+    assert {p["health"] for p in json.loads(status.stdout)["parts"]} == {"healthy"}
+
+    # Every Prometheus target is healthy: both variants, the exporter, the load generator.
+    def targets_up() -> list[dict[str, Any]] | None:
+        active = httpx.get(f"{prometheus}/api/v1/targets", timeout=2).json()["data"][
+            "activeTargets"]
+        return active if active and all(t["health"] == "up" for t in active) else None
+
+    active = wait_for(targets_up, 30, "all Prometheus targets up")
+    mark("targets up")
+    jobs = sorted((t["labels"]["job"], t["labels"].get("variant", "")) for t in active)
+    assert jobs == [("specload-exporter", ""), ("specload-loadgen", ""),
+                    ("vllm", "baseline"), ("vllm", "ngram")]
+    rules = httpx.get(f"{prometheus}/api/v1/rules", timeout=2).json()["data"]["groups"]
+    assert rules, "the repo's rules and alerts are loaded"
+    alertmanagers = httpx.get(f"{prometheus}/api/v1/alertmanagers", timeout=2).json()
+    assert alertmanagers["data"]["activeAlertmanagers"][0]["url"].startswith(
+        parts["alertmanager"]["url"])
+
+    # A short sweep through the stack's baseline server.
+    results = tmp_path / "results"
+    sweep = specload("run", "--host", parts["baseline"]["url"], "--concurrency", "2",
+                     "--warmup", "0", "--duration", "2s", "--max-tokens", "64",
+                     "--variant", "baseline", "--metrics-address", "off",
+                     "--progress", "off", "--out", str(results), timeout=90)
+    assert sweep.returncode == 0, sweep.stdout + sweep.stderr
+    summary = json.loads((results / "summary.json").read_text())
+    assert summary["status"] == "complete"
+    mark("sweep")
+    # And through the stack's own Locust master and worker (its web API).
+    master = parts["locust-master"]["url"]
+    swarm = httpx.post(f"{master}/swarm", data={"user_count": 2, "spawn_rate": 2,
+                                                 "host": parts["ngram"]["url"]}, timeout=5)
+    assert swarm.status_code == 200, swarm.text
+
+    def requests_done() -> int:
+        stats = httpx.get(f"{master}/stats/requests", timeout=2).json()
+        total = next((s for s in stats["stats"] if s["name"] == "Aggregated"), None)
+        return int(total["num_requests"]) if total and stats["worker_count"] == 1 else 0
+
+    wait_for(requests_done, 20, "requests through the Locust worker")
+    httpx.get(f"{master}/stop", timeout=5)
+    mark("locust")
+
+    # A reload of the ngram server, seen by the exporter and then in Prometheus.
+    exporter = parts["exporter"]["url"]
+    # (The exporter may count the first load, when it polled before the servers were up.)
+    before = {v: metric_value(exporter, "specload_target_reloads_total", {"variant": v})
+              for v in ("baseline", "ngram")}
+    assert None not in before.values()
+    reload = specload("stack", "reload", "ngram", "--state-dir", str(stack_dir), "--wait",
+                      "--timeout", "30s")
+    assert reload.returncode == 0, reload.stdout + reload.stderr
+    mark("reload")
+    wait_for(lambda: (metric_value(exporter, "specload_target_reloads_total",
+                                   {"variant": "ngram"}) or 0) >= before["ngram"] + 1,
+             15, "exporter sees the reload")
+    assert metric_value(exporter, "specload_target_reloads_total",
+                        {"variant": "baseline"}) == before["baseline"]
+
+    def prometheus_reloads() -> float:
+        result = httpx.get(f"{prometheus}/api/v1/query", timeout=2, params={
+            "query": 'specload_target_reloads_total{variant="ngram"}'}).json()["data"]["result"]
+        return float(result[0]["value"][1]) if result else 0.0
+
+    wait_for(lambda: prometheus_reloads() >= before["ngram"] + 1, 15,
+             "Prometheus records the reload")
+
+    # Down stops exactly what up started, leaving nothing behind.
+    processes = [ProcessId(p["pid"], p["start_ticks"]) for p in parts.values()]
+    assert all(is_running(p) for p in processes)
+    down = specload("stack", "down", "--state-dir", str(stack_dir), timeout=60)
+    assert down.returncode == 0, down.stderr
+    mark("down")
+    assert not [p for p in processes if is_running(p)]
+    assert not [p for p in processes if group_members(p.pid)]
+    assert processes_mentioning(str(stack_dir)) == []
+    assert not (stack_dir / "stack.json").exists()
+    assert specload("stack", "status", "--state-dir", str(stack_dir)).returncode == 3
+
+
+def test_a_part_that_fails_is_reported_and_the_rest_stopped(stack_dir: Path) -> None:
+    up = specload("stack", "up", "--state-dir", str(stack_dir), "--free-ports",
+                  "--variants", "baseline,no-such-variant", "--load-time", "0",
+                  "--timeout", "30s")
+    assert up.returncode == 1
+    assert "no-such-variant failed to start" in up.stderr
+    assert "  | " in up.stderr  # the failing part's log tail
+    assert "stopping the parts that did start" in up.stderr
+    assert processes_mentioning(str(stack_dir)) == []
+    assert not (stack_dir / "stack.json").exists()
+
+
+def test_reload_of_an_unknown_server_is_one_line(stack_dir: Path) -> None:
+    result = specload("stack", "reload", "ngram", "--state-dir", str(stack_dir))
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1 and "no stack" in result.stderr

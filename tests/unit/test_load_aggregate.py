@@ -1,0 +1,94 @@
+"""Aggregates and client metrics from records."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from specload.errors import UsageError
+from specload.histogram import Histogram
+from specload.load.aggregate import Aggregator, Stats
+from specload.load.metrics import ClientMetrics, parse_address
+from specload.load.records import RequestRecord
+
+pytestmark = pytest.mark.unit
+
+
+def record(i: int, *, ok: bool = True, step: str = "c1", category: str = "math") -> RequestRecord:
+    itl = Histogram()
+    itl.add(0.005, 9)
+    return RequestRecord(
+        category=category, step=step, variant="ngram", model="m", start_s=100.0 + i,
+        end_s=101.0 + i, ok=ok, error_kind=None if ok else "http_503",
+        ttft_s=0.05 + i * 0.001, ttfct_s=0.2, e2e_s=1.0, tpot_s=0.005 + i * 0.0001,
+        tokens_reasoning=8, tokens_content=2, tokens_output=10, chunks=10,
+        finish_reason="stop", itl_token_hist=itl if ok else None,
+        itl_chunk_hist=itl.copy() if ok else None,
+    )
+
+
+def test_record_round_trips_with_histograms() -> None:
+    r = record(1)
+    again = RequestRecord.from_dict(r.to_dict(include_histograms=True))
+    assert again == r
+    assert "itl_token_hist" not in r.to_dict()
+
+
+def test_stats_merge_equals_single_pass() -> None:
+    recs = [record(i, ok=i % 5 != 0, category=("math", "coding")[i % 2]) for i in range(40)]
+    whole = Stats()
+    for r in recs:
+        whole.add(r)
+    a, b = Stats(), Stats()
+    for i, r in enumerate(recs):
+        (a if i < 17 else b).add(r)
+    a.merge(Stats.from_dict(b.to_dict()))
+    for name in ("ttft", "ttfct", "tpot", "e2e", "itl", "itl_chunk"):
+        assert getattr(a, name) == getattr(whole, name)  # bucket counts: exact
+        assert getattr(a, name).sum == pytest.approx(getattr(whole, name).sum)
+    da, dw = a.to_dict(), whole.to_dict()
+    assert {k: v for k, v in da.items() if not isinstance(v, dict) or k in ("errors",)} == {
+        k: v for k, v in dw.items() if not isinstance(v, dict) or k in ("errors",)
+    }
+    assert whole.completed == 32 and whole.failed == 8 and whole.errors == {"http_503": 8}
+    assert whole.tokens_output == 400 and whole.tokens_per_chunk == 1.0
+
+
+def test_aggregator_totals_by_step_and_category() -> None:
+    agg = Aggregator()
+    for i in range(6):
+        agg.add(record(i, step=("c1", "c4")[i % 2], category=("math", "coding")[i // 3]))
+    assert agg.steps == ["c1", "c4"]
+    assert agg.total(step="c1").completed == 3
+    assert agg.total(category="coding").completed == 3
+    assert agg.total().completed == 6
+    assert agg.total(step="c4", category="math").tpot.count == 1
+
+
+def test_client_metrics_families_and_labels() -> None:
+    m = ClientMetrics(users=lambda: 7)
+    for i in range(3):
+        m.observe(record(i))
+    m.observe(record(9, ok=False))
+    reg = CollectorRegistry()
+    reg.register(m)
+    labels = {"variant": "ngram", "model": "m", "category": "math", "step": "c1"}
+    assert reg.get_sample_value("specload_client_requests_total", {**labels, "outcome": "ok"}) == 3
+    assert reg.get_sample_value("specload_client_errors_total",
+                                {**labels, "kind": "http_503"}) == 1
+    assert reg.get_sample_value("specload_client_output_tokens_total",
+                                {**labels, "channel": "reasoning"}) == 32
+    assert reg.get_sample_value("specload_client_ttft_seconds_count", labels) == 3
+    le = {**labels, "le": "0.006"}
+    assert reg.get_sample_value("specload_client_tpot_seconds_bucket", le) == 3
+    assert reg.get_sample_value("specload_client_itl_seconds_count", labels) == 27
+    assert reg.get_sample_value("specload_client_users") == 7
+    assert reg.get_sample_value("specload_client_reasoning_truncated_total", labels) == 0
+
+
+def test_parse_metrics_address() -> None:
+    assert parse_address("off") is None
+    assert parse_address(":9647") == ("0.0.0.0", 9647)
+    assert parse_address("127.0.0.1:0") == ("127.0.0.1", 0)
+    with pytest.raises(UsageError, match="--metrics-address"):
+        parse_address("host:port")
