@@ -29,6 +29,8 @@ from prometheus_client import generate_latest  # noqa: E402
 
 from exporter.app import Exporter  # noqa: E402
 from exporter.config import ExporterConfig, TargetConfig  # noqa: E402
+from exporter.vllm_metrics import keep  # noqa: E402
+from specload.promtext import parse  # noqa: E402
 from specload.urls import parse_server_url  # noqa: E402
 
 SERVER = textwrap.dedent(
@@ -123,6 +125,15 @@ def main() -> int:
     t0 = time.process_time()
     sum(range(10_000_000))
     calib_ms = (time.process_time() - t0) * 1000
+    text = page.read_text()
+    t0 = time.process_time()
+    for _ in range(100):
+        parse(text, keep)
+    parse_keep_ms = (time.process_time() - t0) * 10
+    t0 = time.process_time()
+    for _ in range(100):
+        parse(text)
+    parse_full_ms = (time.process_time() - t0) * 10
     q = statistics.quantiles(cpu, n=10)
     print(
         f"## exporter poll cycle: {args.targets} targets, page {page.name} "
@@ -135,15 +146,17 @@ def main() -> int:
     print("| measure | median | p90 | mean |")
     print("|---|---|---|---|")
     print(
-        f"| poller thread CPU per cycle (ms) | {statistics.median(cpu):.2f} | {q[8]:.2f} | "
+        f"| poll threads CPU per round, summed (ms) | {statistics.median(cpu):.2f} | {q[8]:.2f} | "
         f"{statistics.fmean(cpu):.2f} |"
     )
     print(
-        f"| wall time per cycle (ms) | {statistics.median(wall):.2f} | "
+        f"| wall time of a round, slowest target (ms) | {statistics.median(wall):.2f} | "
         f"{statistics.quantiles(wall, n=10)[8]:.2f} | {statistics.fmean(wall):.2f} |"
     )
     print(f"| whole-process CPU per round (ms) | | | {process_ms:.2f} |")
     print(f"| one scrape of the exporter's /metrics, CPU (ms) | | | {scrape_ms:.2f} |")
+    print(f"| promtext.parse of one page, exporter's filter (ms) | | | {parse_keep_ms:.2f} |")
+    print(f"| promtext.parse of one page, every family (ms) | | | {parse_full_ms:.2f} |")
     print(
         f"\nmachine speed check: sum(range(10**7)) took {calib_ms:.0f} ms of CPU "
         "(about 100 ms on an unloaded modern core)"

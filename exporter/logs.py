@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import logging
 import os
 import re
 import subprocess
@@ -30,8 +31,10 @@ from typing import IO, Protocol
 
 from exporter.config import LogSource
 
+log = logging.getLogger("specload.exporter")
+
 MAX_READ_BYTES = 4 * 1024 * 1024  # per poll
-MAX_LINE_BYTES = 64 * 1024
+MAX_LINE_BYTES = 16 * 1024  # vLLM's engine config line is a few KB
 START_TAIL_BYTES = 1024 * 1024  # how much history to read when following starts
 
 
@@ -96,12 +99,13 @@ class FileFollower:
     def _split(self, data: bytes) -> list[str]:
         if not data:
             return []
-        buf = self._partial + data
+        # Progress bars redraw with carriage returns: each redraw is a line of its own.
+        buf = (self._partial + data).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
         lines = buf.split(b"\n")
         self._partial = lines.pop()
         if len(self._partial) > MAX_LINE_BYTES:
             self._partial = b""  # a runaway line: drop it rather than grow
-        return [ln[:MAX_LINE_BYTES].decode("utf-8", "replace").rstrip("\r") for ln in lines]
+        return [ln[:MAX_LINE_BYTES].decode("utf-8", "replace") for ln in lines if ln]
 
     def close(self) -> None:
         if self._file is not None:
@@ -113,7 +117,7 @@ class JournalFollower:
     """Lines of a systemd unit's journal, via ``journalctl -f`` in a reader thread."""
 
     def __init__(
-        self, unit: str, *, command: list[str] | None = None, max_lines: int = 10_000
+        self, unit: str, *, command: list[str] | None = None, max_lines: int = 2_000
     ) -> None:
         self.unit = unit
         self._cmd = command or [
@@ -143,6 +147,7 @@ class JournalFollower:
             )
         except OSError as exc:
             self.error = f"cannot run {self._cmd[0]}: {exc.strerror or exc}"
+            log.warning("log of unit %s: %s", self.unit, self.error)
             return
         self._thread = threading.Thread(target=self._read, name=f"journal-{self.unit}", daemon=True)
         self._thread.start()

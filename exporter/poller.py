@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import httpx
 
-from exporter.fetch import DEFAULT_HEADERS
 from exporter.target import TargetMonitor
 
 log = logging.getLogger("specload.exporter")
@@ -36,7 +35,8 @@ class PollStats:
 @dataclass
 class _Slot:
     monitor: TargetMonitor
-    client: httpx.Client
+    transport: httpx.BaseTransport
+    owned: bool  # created here, closed here
     lock: threading.Lock
     last_duration_s: float | None = None
     last_cpu_s: float | None = None
@@ -52,7 +52,10 @@ class Poller:
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.interval_s = interval_s
-        self._slots = [_Slot(t, self._make_client(transport), threading.Lock()) for t in targets]
+        self._slots = [
+            _Slot(t, transport or self._make_transport(), transport is None, threading.Lock())
+            for t in targets
+        ]
         self._stop = threading.Event()
         self._stats_lock = threading.Lock()
         self._polls = 0
@@ -65,13 +68,10 @@ class Poller:
         return [s.monitor for s in self._slots]
 
     @staticmethod
-    def _make_client(transport: httpx.BaseTransport | None) -> httpx.Client:
-        return httpx.Client(
-            transport=transport,
-            headers=DEFAULT_HEADERS,
-            limits=httpx.Limits(max_connections=2, max_keepalive_connections=1),
-            follow_redirects=False,
-            trust_env=False,
+    def _make_transport() -> httpx.BaseTransport:
+        # One keep-alive connection per target; the system proxy settings do not apply.
+        return httpx.HTTPTransport(
+            limits=httpx.Limits(max_connections=2, max_keepalive_connections=1)
         )
 
     @property
@@ -91,7 +91,7 @@ class Poller:
         with slot.lock:
             t0, c0 = time.perf_counter(), time.thread_time()
             try:
-                slot.monitor.poll(slot.client)
+                slot.monitor.poll(slot.transport)
             except Exception:
                 # A bug in our own code must not stop this target's thread or the exporter.
                 log.exception("polling %s failed", slot.monitor.cfg.variant)
@@ -145,4 +145,5 @@ class Poller:
                 slot.thread.join(timeout=60)
                 slot.thread = None
         for slot in self._slots:
-            slot.client.close()
+            if slot.owned:
+                slot.transport.close()

@@ -66,6 +66,7 @@ class TargetMonitor:
         self._prev: Reading | None = None
         self._model: str | None = cfg.model
         self._version: str | None = None
+        self._version_asked = False
         self._version_for: float | None = None  # process start the version was asked for
         self._view = self._make_view(self.clock(), None, None, None, None, "")
 
@@ -78,24 +79,27 @@ class TargetMonitor:
         if lines:
             self.log_state.feed(lines, self.clock())
 
-    def poll(self, client: httpx.Client) -> None:
+    def poll(self, transport: httpx.BaseTransport) -> None:
         """Read the log, fetch /metrics (and /version after a start), fold it in."""
         self.read_log()
         result = fetch(
-            client,
+            transport,
             self.cfg.url.metrics,
             timeout_s=self.timeout_s,
             max_bytes=self.max_bytes,
             headers=self.headers,
         )
         reading = self.apply(result, self.clock())
-        if reading is not None and self._version_for != reading.process_start_s:
+        if reading is not None and (
+            not self._version_asked or self._version_for != reading.process_start_s
+        ):
+            self._version_asked = True
             self._version_for = reading.process_start_s
-            self._ask_version(client)
+            self._ask_version(transport)
 
-    def _ask_version(self, client: httpx.Client) -> None:
+    def _ask_version(self, transport: httpx.BaseTransport) -> None:
         res = fetch(
-            client,
+            transport,
             self.cfg.url.version,
             timeout_s=self.timeout_s,
             max_bytes=VERSION_MAX_BYTES,

@@ -38,6 +38,17 @@ import random
 import sys
 from pathlib import Path
 
+# The vLLM venv has these (scripts/install-vllm.sh runs this script with its python).
+import torch
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    AutoTokenizer,
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+)
+
 SEED = 20261129
 HIDDEN = 128
 LAYERS = 2
@@ -66,7 +77,7 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}<|im_start|>assistant\n<think>\n{%- endif -%}"
 )
 
-_WORDS = """
+_WORD_TEXT = """
 the a an of to in on for with from by at as is are was were be been being this that these those
 it its we you they he she i me my our your their them us not no yes and or but if then else when
 while because so than too very more most less least many much few some any each every all both
@@ -81,7 +92,8 @@ let us consider suppose assume therefore hence thus since given because wait act
 write explain describe compare prove show solve simplify evaluate derive estimate measure test
 good bad fast slow large small long short high low new old same different simple hard easy
 apple river mountain city music paper light water stone window garden story letter bridge market
-""".split()
+"""
+_WORDS = _WORD_TEXT.split()
 
 _TEMPLATES = [
     "{W} {w} {w} {w}, so the {w} is {n}.",
@@ -122,9 +134,6 @@ def generate_corpus(rng: random.Random, lines: int = 6000) -> list[str]:
 
 
 def build_tokenizer(out_dir: Path) -> dict[str, int]:
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -160,8 +169,6 @@ def build_tokenizer(out_dir: Path) -> dict[str, int]:
 
 def unprintable_token_ids(out_dir: Path) -> list[int]:
     """Tokens whose bytes are not printable ASCII (or newline)."""
-    from tokenizers import Tokenizer
-
     tok = Tokenizer.from_file(str(out_dir / "tokenizer.json"))
     bad: list[int] = []
     for token_id in range(tok.get_vocab_size()):
@@ -174,9 +181,6 @@ def unprintable_token_ids(out_dir: Path) -> list[int]:
 def build_model(
     out_dir: Path, ids: dict[str, int], vocab_size: int, think_bias: float, unprintable: list[int]
 ) -> None:
-    import torch
-    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
-
     config = LlamaConfig(
         vocab_size=vocab_size,
         hidden_size=HIDDEN,
@@ -223,9 +227,6 @@ def build_model(
 
 def measure_think_close(out_dir: Path, ids: dict[str, int]) -> float:
     """Probability of ``</think>`` at temperature 1, averaged over a short prompt's positions."""
-    import torch
-    from transformers import AutoTokenizer, LlamaForCausalLM
-
     tok = AutoTokenizer.from_pretrained(str(out_dir))
     model = LlamaForCausalLM.from_pretrained(str(out_dir), torch_dtype=torch.float32)
     text = tok.apply_chat_template(

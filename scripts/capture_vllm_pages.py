@@ -58,8 +58,9 @@ def capture_errors(client: httpx.Client, server: VllmServer) -> dict[str, Any]:
     url = f"{server.base_url}/chat/completions"
     cases: dict[str, tuple[bytes, str]] = {
         "unknown_model": (
-            json.dumps({"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]})
-            .encode(),
+            json.dumps(
+                {"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}
+            ).encode(),
             "application/json",
         ),
         "bad_json": (b'{"model": "tiny-plain", "messages": [', "application/json"),
@@ -86,7 +87,8 @@ def capture_errors(client: httpx.Client, server: VllmServer) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "tests" / "data" / f"vllm-{VLLM_VERSION}")
+    default_out = ROOT / "tests" / "data" / f"vllm-{VLLM_VERSION}"
+    parser.add_argument("--out", type=Path, default=default_out)
     args = parser.parse_args(argv)
     env, reason = find_vllm_env()
     if env is None:

@@ -202,6 +202,7 @@ class Stream:
         reasoning = _words(REASONING_WORDS, start_r, r) if r else ""
         content = _words(CONTENT_WORDS, start_r + r - seq.reasoning_target, c) if c else ""
         first = self.tokens == 0
+        role = self.role_chunk() if first and self.streaming else b""
         self.tokens += r + c
         api = self.api
         api.tokens_sent += r + c
@@ -223,8 +224,8 @@ class Stream:
                 self.stalled = True
                 asyncio.get_running_loop().call_later(api.faults.stall_seconds, self._unstall)
         out = []
-        if first:
-            out.append(self.role_chunk())
+        if role:
+            out.append(role)
         out.append(self.token_chunk(reasoning, content, finish))
         if finish is not None:
             if self.include_usage:

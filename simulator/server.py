@@ -113,7 +113,15 @@ class SimServer:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, action)
         self._boot_task = loop.create_task(self._boot(self.config.load_time_s))
-        await self._stopped.wait()
+        stopped = loop.create_task(self._stopped.wait())
+        await asyncio.wait({self._boot_task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if self._boot_task.done() and self._boot_task.exception() is not None:
+            stopped.cancel()
+            await self._shutdown_engine()
+            if self.control_server is not None:
+                self.control_server.close()
+            raise self._boot_task.exception()  # type: ignore[misc]
+        await stopped
         await self._shutdown_engine()
         if self.control_server is not None:
             self.control_server.close()
@@ -136,7 +144,11 @@ class SimServer:
 
     async def _reload(self, load_time_s: float) -> None:
         await self._shutdown_engine()
-        await self._boot(load_time_s)
+        try:
+            await self._boot(load_time_s)
+        except OSError as exc:
+            self.state = "failed"
+            log.error("Could not listen on %s:%d after reload: %s", self.config.host, self.port, exc)
 
     async def _shutdown_engine(self) -> None:
         if self.api_server is not None:

@@ -137,8 +137,8 @@ NGRAM = Variant(
         "coding": 0.34,
         "math": 0.30,
         "structured": 0.33,
-        "explanation": 0.20,
-        "long_reasoning": 0.22,
+        "explanation": 0.23,
+        "long_reasoning": 0.25,
     },
     proposal_rate={
         "coding": 0.85,

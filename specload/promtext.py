@@ -274,10 +274,16 @@ def parse(text: str, keep: Callable[[str], bool] | None = None) -> Exposition:
         nxt = find("\n#", seg + 1)
         end = n if nxt == -1 else nxt + 1
         if startswith(("# HELP ", "# TYPE "), seg):
-            eol = find("\n", seg, end)
+            head = seg
+            if end < n and startswith("# TYPE ", end) and startswith("# HELP ", seg):
+                # HELP then TYPE: one segment, read the header from the TYPE line.
+                head = end
+                nxt = find("\n#", end + 1)
+                end = n if nxt == -1 else nxt + 1
+            eol = find("\n", head, end)
             if eol == -1:
                 eol = end
-            parts = text[seg:eol].split(None, 3)
+            parts = text[head:eol].split(None, 3)
             if (
                 len(parts) > 2
                 and not state.wanted(parts[2])

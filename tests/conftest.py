@@ -6,4 +6,5 @@ pytest_plugins: list[str] = [
     "tests.fixtures.observability",
     "tests.fixtures.load",
     "tests.fixtures.sweep",
+    "tests.fixtures.sim",
 ]

@@ -60,8 +60,26 @@ def prometheus_rule(repo: Path, name: str = "specload") -> dict[str, Any]:
     }
 
 
-def dashboards(repo: Path) -> list[Path]:
-    return sorted((repo / "grafana" / "dashboards").glob("*.json"))
+def dashboards(repo: Path) -> dict[str, list[Path]]:
+    """Boards by group: ``grafana/dashboards/<group>/*.json`` (``""``: top level)."""
+    root = repo / "grafana" / "dashboards"
+    groups: dict[str, list[Path]] = {}
+    for board in sorted(root.rglob("*.json")):
+        group = board.parent.relative_to(root).as_posix()
+        groups.setdefault("" if group == "." else group.replace("/", "-"), []).append(board)
+    return groups
+
+
+def _dashboard_generator(group: str, files: list[str]) -> dict[str, Any]:
+    return {
+        "name": "specload-dashboards" + (f"-{group}" if group else ""),
+        "options": {
+            "disableNameSuffixHash": True,
+            "labels": {"grafana_dashboard": "1"},
+            "annotations": {"grafana_folder": f"specload {group}".strip()},
+        },
+        "files": files,
+    }
 
 
 def render(
@@ -85,30 +103,32 @@ def render(
     boards_dir = out / "dashboards"
     if boards_dir.exists():
         shutil.rmtree(boards_dir)
-    boards_dir.mkdir()
-    files: list[str] = []
-    total = 0
-    for board in dashboards(repo):
-        text = board.read_text(encoding="utf-8")
-        try:
-            json.loads(text)
-        except ValueError as exc:
-            raise UsageError(f"{board}: not JSON ({exc})") from None
-        (boards_dir / board.name).write_text(text, encoding="utf-8")
-        files.append(f"dashboards/{board.name}")
-        total += len(text.encode())
-    if total > LAST_APPLIED_LIMIT_BYTES:
-        warnings.append(
-            f"the boards take {total} bytes: apply with `kubectl apply --server-side -k`"
-        )
-    kustomization = _load_yaml(out / "kustomization.yaml")
-    generators = kustomization.get("configMapGenerator", [])
-    for generator in generators:
-        if generator.get("name") == "specload-dashboards":
-            generator["files"] = files
-    kustomization["configMapGenerator"] = [g for g in generators if g.get("files")]
-    if not files:
+    generators: list[dict[str, Any]] = []
+    for group, boards in dashboards(repo).items():
+        files: list[str] = []
+        total = 0
+        for board in boards:
+            text = board.read_text(encoding="utf-8")
+            try:
+                json.loads(text)
+            except ValueError as exc:
+                raise UsageError(f"{board}: not JSON ({exc})") from None
+            dest = boards_dir / (group or ".") / board.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_text(text, encoding="utf-8")
+            files.append(f"{board.name}={dest.relative_to(out).as_posix()}")
+            total += len(text.encode())
+        if total > LAST_APPLIED_LIMIT_BYTES:
+            warnings.append(f"the {group or 'top-level'} boards take {total} bytes: "
+                            "apply with `kubectl apply --server-side -k`")
+        generators.append(_dashboard_generator(group, files))
+    if not generators:
         warnings.append("grafana/dashboards has no boards; no dashboards ConfigMap")
+    kustomization = _load_yaml(out / "kustomization.yaml")
+    kustomization["configMapGenerator"] = [
+        g for g in kustomization.get("configMapGenerator", [])
+        if g.get("name") != "specload-dashboards"
+    ] + generators
     if namespace:
         kustomization["namespace"] = namespace
     if image:

@@ -267,9 +267,11 @@ class StreamMeter:
                 return 0, total, "usage", "single-channel"
             r_share = self._share_reasoning(tokenizer)
             reasoning = round(total * r_share)
-            return reasoning, total - reasoning, "usage", (
-                "tokenizer" if tokenizer else "chunks-estimate"
-            )
+            if tokenizer is not None:
+                split = "tokenizer"
+            else:
+                split = "text-estimate" if self.want_text else "chunks-estimate"
+            return reasoning, total - reasoning, "usage", split
         if tokenizer is not None and self.want_text:
             reasoning = tokenizer.count("".join(self._text_reasoning))
             content = tokenizer.count("".join(self._text_content))

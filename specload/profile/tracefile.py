@@ -40,8 +40,8 @@ What ``specload profile analyze`` measures (what a synthetic trace must encode):
 
 The writer streams to disk (gzip when the path ends with ``.gz``) into a
 hidden ``.part`` file renamed into place on close, so a reader never sees a
-half-written trace. The reader streams events with ijson and never holds the
-file in memory.
+half-written trace. The reader streams events, parsing one at a time with
+orjson, and never holds the file in memory.
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Final
 
-import ijson  # type: ignore[import-untyped]
 import orjson
 
 from specload.errors import UsageError
@@ -391,7 +390,6 @@ class _Stream(io.RawIOBase):
         super().close()
 
 
-_READ_ERRORS: Final = (ijson.JSONError, EOFError, OSError, ValueError, gzip.BadGzipFile)
 
 
 def _describe(exc: BaseException) -> str:
@@ -404,34 +402,142 @@ def _describe(exc: BaseException) -> str:
 def read_header(path: Path) -> TraceHeader:
     """Rank, world size and devices from the head of ``path`` (stops at ``traceEvents``)."""
     path = Path(path)
-    rank: int | None = None
-    world: int | None = None
-    names: list[str] = []
     stream = _Stream(path)
+    buf = b""
     try:
-        for prefix, event, value in ijson.parse(stream, use_float=True):
-            if prefix == "" and event == "map_key" and value == "traceEvents":
+        while True:
+            m = _EVENTS_KEY.search(buf)
+            if m is not None:
+                text = buf[: m.start()] + b'"traceEvents": []}'
                 break
-            if prefix == "distributedInfo.rank" and isinstance(value, int | float):
-                rank = int(value)
-            elif prefix == "distributedInfo.world_size" and isinstance(value, int | float):
-                world = int(value)
-            elif prefix == "deviceProperties.item.name" and isinstance(value, str):
-                names.append(value)
-    except _READ_ERRORS as exc:
+            chunk = stream.read(_HEADER_CHUNK)
+            if not chunk:
+                text = buf  # a document without traceEvents: its keys are the header
+                break
+            buf += chunk
+            if len(buf) > MAX_EVENT_BYTES:
+                return TraceHeader(None, None, ())  # not torch's layout: no header to read
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise TraceFileError(f"trace file {path} is {_describe(exc)}") from exc
+    except (EOFError, OSError, gzip.BadGzipFile) as exc:
         raise TraceFileError(f"trace file {path} is {_describe(exc)}") from exc
     finally:
         stream.close()
-    return TraceHeader(rank=rank, world_size=world, device_names=tuple(names))
+    if not isinstance(doc, dict):
+        raise TraceFileError(f"trace file {path} is malformed (not a JSON object)")
+    info = doc.get("distributedInfo")
+    info = info if isinstance(info, dict) else {}
+    devices = doc.get("deviceProperties")
+    names = tuple(
+        str(d["name"]) for d in (devices if isinstance(devices, list) else [])
+        if isinstance(d, dict) and "name" in d
+    )
+    return TraceHeader(_int_or_none(info.get("rank")), _int_or_none(info.get("world_size")), names)
+
+
+def _int_or_none(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
+
+
+_EVENTS_KEY: Final = re.compile(rb'"traceEvents"\s*:\s*\[')
+#: A candidate end of one element of ``traceEvents``: a ``}`` before ``,`` or ``]``.
+_ELEMENT_END: Final = re.compile(rb"\}\s*([,\]])")
+_SPACE: Final = re.compile(rb"\s*")
+_CHUNK: Final = 1 << 20
+_HEADER_CHUNK: Final = 64 << 10
+#: No real event is this large; beyond it the element is malformed, not long.
+MAX_EVENT_BYTES: Final = 8 << 20
+
+
+def _split_events(stream: io.RawIOBase, path: Path) -> Iterator[dict[str, Any]]:
+    """Elements of ``traceEvents`` parsed one by one with orjson.
+
+    A ``}`` followed by ``,`` or ``]`` may close a nested object or sit inside a
+    string; then the text up to it is not valid JSON and the element is extended
+    to the next candidate. The first candidate that parses is the element's end
+    (a JSON object's text ends where its braces first balance outside strings).
+    """
+    buf = b""
+    eof = False
+
+    def more() -> bool:
+        nonlocal buf, eof
+        if eof:
+            return False
+        chunk = stream.read(_CHUNK)
+        if not chunk:
+            eof = True
+            return False
+        buf += chunk
+        return True
+
+    # The opening of the array.
+    while True:
+        m = _EVENTS_KEY.search(buf)
+        if m is not None:
+            buf = buf[m.end():]
+            break
+        if not more():
+            return  # no traceEvents: the caller reports it
+        if len(buf) > MAX_EVENT_BYTES:
+            buf = buf[-64:]  # header keys only; keep a tail that may hold the key
+    pos = 0
+    while True:
+        # Skip whitespace to the next element or the end of the array.
+        while True:
+            pos = _SPACE.match(buf, pos).end()  # type: ignore[union-attr]  # \s* always matches
+            if pos < len(buf):
+                break
+            buf, pos = b"", 0
+            if not more():
+                raise TraceFileError(f"trace file {path} is truncated")
+        first = buf[pos:pos + 1]
+        if first == b"]":
+            return
+        if first != b"{":
+            raise TraceFileError(f"trace file {path} is malformed (traceEvents holds a non-object)")
+        search = pos
+        while True:
+            m = _ELEMENT_END.search(buf, search)
+            if m is None:
+                if len(buf) - pos > MAX_EVENT_BYTES:
+                    raise TraceFileError(f"trace file {path} is malformed (an event over "
+                                         f"{MAX_EVENT_BYTES >> 20} MB)")
+                if pos:
+                    buf, search, pos = buf[pos:], search - pos, 0
+                if not more():
+                    # Ends that did not parse, and no more text: bad JSON, not a cut file.
+                    what = "malformed (an event does not parse)" if search > pos else "truncated"
+                    raise TraceFileError(f"trace file {path} is {what}")
+                continue
+            try:
+                event = orjson.loads(buf[pos:m.start() + 1])
+            except orjson.JSONDecodeError:
+                if m.start() + 1 - pos > MAX_EVENT_BYTES:
+                    raise TraceFileError(f"trace file {path} is malformed") from None
+                search = m.start() + 1
+                continue
+            yield event
+            pos = m.end()
+            if m.group(1) == b"]":
+                return
+            break
 
 
 def iter_events(path: Path) -> Iterator[dict[str, Any]]:
-    """Every element of ``traceEvents``, streamed; bad input raises :class:`TraceFileError`."""
+    """Every event (object) of ``traceEvents``, streamed; bad input raises
+    :class:`TraceFileError`."""
     path = Path(path)
     stream = _Stream(path)
     try:
-        yield from ijson.items(stream, "traceEvents.item", use_float=True)
-    except _READ_ERRORS as exc:
+        yield from _split_events(stream, path)
+    except (EOFError, OSError, gzip.BadGzipFile) as exc:
         raise TraceFileError(f"trace file {path} is {_describe(exc)}") from exc
     finally:
         stream.close()

@@ -76,8 +76,20 @@ def spawn(
     return proc, ProcessId(proc.pid, ticks if ticks is not None else -1)
 
 
+def _ours(proc: ProcessId) -> list[int]:
+    """Live processes of the group ``proc`` started: none if its pid now names
+    another process (then our group is gone: the kernel never hands out a pid
+    that is still a live process group's id)."""
+    fields = _stat_fields(proc.pid)  # a zombie leader still has its start time
+    if fields is not None and int(fields[19]) != proc.start_ticks:
+        return []
+    return group_members(proc.pid)
+
+
 def _signal_group(proc: ProcessId, sig: signal.Signals) -> None:
-    members = group_members(proc.pid)
+    members = _ours(proc)
+    if not members:
+        return
     if is_running(proc):
         try:
             os.killpg(proc.pid, sig)
@@ -90,7 +102,7 @@ def _signal_group(proc: ProcessId, sig: signal.Signals) -> None:
 
 
 def _alive(proc: ProcessId) -> bool:
-    return is_running(proc) or bool(group_members(proc.pid))
+    return is_running(proc) or bool(_ours(proc))
 
 
 def stop_all(processes: list[ProcessId], *, timeout_s: float = 10.0) -> set[ProcessId]:

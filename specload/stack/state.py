@@ -19,6 +19,7 @@ from specload.errors import UsageError
 from specload.stack.procs import ProcessId
 
 STATE_FILE = "stack.json"
+PID_DIR = "pids"
 
 
 @dataclass
@@ -50,10 +51,16 @@ class StackState:
 
 
 def save(state: StackState) -> None:
+    """``stack.json`` and, for each started part, ``pids/<part>.pid`` (for other tools)."""
     path = Path(state.state_dir) / STATE_FILE
     tmp = path.with_name(f".{STATE_FILE}.tmp")
     tmp.write_text(json.dumps(asdict(state), indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
+    pids = Path(state.state_dir) / PID_DIR
+    pids.mkdir(exist_ok=True)
+    for part in state.parts:
+        if part.pid is not None:
+            (pids / f"{part.name}.pid").write_text(f"{part.pid}\n", encoding="utf-8")
 
 
 def load(state_dir: Path) -> StackState | None:
@@ -73,6 +80,8 @@ def load(state_dir: Path) -> StackState | None:
 
 def remove(state_dir: Path) -> None:
     (state_dir / STATE_FILE).unlink(missing_ok=True)
+    for pid_file in (state_dir / PID_DIR).glob("*.pid"):
+        pid_file.unlink(missing_ok=True)
 
 
 @contextmanager

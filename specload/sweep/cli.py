@@ -132,6 +132,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="60s",
         help="at the end, longest wait for the last level's in-flight requests",
     )
+    sweep.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     sweep.add_argument(
         "--progress",
         choices=("auto", "rich", "plain", "off"),

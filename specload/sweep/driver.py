@@ -15,6 +15,7 @@ window's throughput counts the requests started in it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,6 +24,8 @@ from typing import Any, Protocol
 from specload.results.aggregate import LevelAggregate, RecordView
 from specload.sweep.plan import Level, SweepPlan
 from specload.sweep.window import Outage, Window
+
+log = logging.getLogger("specload.sweep")
 
 # Errors that can mean the target went away (a reload): checked with a probe.
 CONNECTION_ERRORS = frozenset({"refused", "reset", "timeout", "http_502", "http_503"})
@@ -132,6 +135,7 @@ class SweepDriver:
         self.sweep_start: float | None = None
         self.sweep_end: float | None = None
         self.phase_note = ""
+        self._drain_start: float | None = None
 
     # -- inputs -------------------------------------------------------------
     def on_record(self, raw: Mapping[str, Any]) -> None:
@@ -162,53 +166,78 @@ class SweepDriver:
         self.sweep_start = self.clock()
         self.write_summary()
         try:
+            if self.states:
+                self._begin_level(self.states[0])
             for i, state in enumerate(self.states):
-                self._run_level(state, i)
+                following = self.states[i + 1] if i + 1 < len(self.states) else None
+                self._run_level(state, following)
             self._drain()
             self.status = "complete"
         except Stopped as stop:
             self.status = "failed" if str(stop).startswith("outage") else "interrupted"
             self.stop_reason = str(stop)
-            if self.current is not None and self.current.phase != "done":
+            if self.current is not None and self.current.phase not in ("done", "pending"):
                 self._close_current_partial()
         finally:
-            self.backend.stop()
             self.sweep_end = self.clock()
+            self.backend.stop()
             self.ended_wall = self.wall()
             summary = self.write_summary()
         return summary
 
-    def _run_level(self, state: LevelState, index: int) -> None:
+    def _begin_level(self, state: LevelState) -> None:
+        """Switch the load to ``state``'s level: step first, then users, then its first clock."""
         level = state.level
         self.current = state
         state.started_at = iso(self.wall())
+        log.info("level %s begins (%d users)", level.name, level.users)
         if level.warmup_s > 0:
             state.phase = "warmup"
             self.backend.set_step(level.warmup_name)
             self.backend.start(level)
+            self.sleep(0)  # let the users spawn before anything else runs
             state.warmup = Window(self.clock(), level.warmup_s)
+        else:
+            state.phase = "measure"
+            self.backend.set_step(level.name)
+            self.backend.start(level)
+            self.sleep(0)  # let the users spawn before anything else runs
+            state.window = Window(self.clock(), level.duration_s, level.requests)
+            state.window_started_at = iso(self.wall())
+
+    def _run_level(self, state: LevelState, following: LevelState | None) -> None:
+        """Run a level already begun; begin the next one the moment its window ends.
+
+        Scrapes and the summary write happen while the next level's clock runs, so they
+        cost no wall time beyond the planned windows.
+        """
+        level = state.level
+        if state.warmup is not None and state.window is None:
             self._run_window(state, state.warmup, level.warmup_name)
             state.warmup.finish(self.clock())
+            state.phase = "measure"
+            self.backend.set_step(level.name)
+            state.window = Window(self.clock(), level.duration_s, level.requests)
+            state.window_started_at = iso(self.wall())
+        assert state.window is not None
         probe = self.server_factory() if self.server_factory is not None else None
         if probe is not None:
-            probe.start()
-        state.phase = "measure"
-        self.backend.set_step(level.name)
-        if level.warmup_s <= 0:
-            self.backend.start(level)
-        state.window = Window(self.clock(), level.duration_s, level.requests)
-        state.window_started_at = iso(self.wall())
+            probe.start()  # within the first milliseconds of the window
         self._run_window(state, state.window, level.name)
         state.window.finish(self.clock())
         state.window_ended_at = iso(self.wall())
-        following = (
-            self.states[index + 1].level.warmup_name if index + 1 < len(self.states) else None
-        )
-        # The next level's step goes on before anything else, so no request starts unlabelled.
-        self.backend.set_step(following or DRAIN_STEP)
+        log.info("level %s window ends after %.3fs", level.name, state.window.active_s(0))
+        if following is not None:
+            self._begin_level(following)
+        else:
+            # The drain starts now: no new request, the in-flight ones finish.
+            self.backend.set_step(DRAIN_STEP)
+            self.backend.hold()
+            self._drain_start = self.clock()
+            self.current = None
         if probe is not None:
             state.server = probe.end()
-        state.ended_at = iso(self.wall())
+        state.ended_at = state.window_ended_at
         state.phase = "done"
         self.write_summary()
 
@@ -261,15 +290,15 @@ class SweepDriver:
         """Let the last level's in-flight requests finish; no new request starts meanwhile."""
         if not self.states:
             return
-        self.current = None
-        self.backend.hold()
-        start = self.clock()
+        start = self._drain_start if self._drain_start is not None else self.clock()
+        log.info("drain: %d requests in flight", self.backend.in_flight())
         self.phase_note = "draining in-flight requests"
         while self.clock() - start < self.drain_timeout_s and self.backend.in_flight() > 0:
             self._check_stop()
             if self.on_tick is not None:
                 self.on_tick(self)
             self.sleep(self.tick_s)
+        log.info("drain done after %.3fs", self.clock() - start)
         self.phase_note = ""
 
     def _close_current_partial(self) -> None:

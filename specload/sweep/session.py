@@ -25,7 +25,6 @@ import gevent
 
 from specload import __version__
 from specload.load.records import RequestRecord
-from specload.results.plots import write_plots
 from specload.results.report import summary_markdown
 from specload.results.writer import SUMMARY_MD_FILE, ResultsWriter
 from specload.sweep import readiness
@@ -115,7 +114,8 @@ def run_sweep(args: argparse.Namespace, settings: SweepSettings) -> int:
             clock=time.monotonic,
             wall=time.time,
             sleep=gevent.sleep,
-            on_summary=writer.write_summary,
+            # fsync in a thread: blocking file I/O would stall every user's stream
+            on_summary=lambda s: gevent.get_hub().threadpool.apply(writer.write_summary, (s,)),
             on_record_written=writer.append,
             server=server_probe if metrics_url else None,
             outage=OutagePolicy(
@@ -149,7 +149,11 @@ def run_sweep(args: argparse.Namespace, settings: SweepSettings) -> int:
         summary = driver.run()
         writer.close()
         writer.write_text(SUMMARY_MD_FILE, summary_markdown(summary))
-        plots = write_plots([summary], writer.dir)
+        plots: list[Path] = []
+        if not args.no_plots:
+            from specload.results.plots import write_plots  # noqa: PLC0415 (matplotlib: slow)
+
+            plots = write_plots([summary], writer.dir)
         progress.close()
         _report(progress, summary, writer, plots)
         if summary["status"] == "interrupted":
@@ -183,6 +187,6 @@ def _report(
         )
     progress.message(
         f"{summary['status']}: {writer.records_written} requests in {writer.requests_path}; "
-        f"summary {writer.summary_path}, {writer.dir / SUMMARY_MD_FILE}; plots "
-        + ", ".join(p.name for p in plots)
+        f"summary {writer.summary_path}, {writer.dir / SUMMARY_MD_FILE}"
+        + ("; plots " + ", ".join(p.name for p in plots) if plots else "")
     )

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from specload.cli import main
 from specload.promtext import parse
 from specload.stack.procs import ProcessId, group_members, is_running
 
@@ -28,13 +29,6 @@ def specload(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
         [sys.executable, "-m", "specload", *args], capture_output=True, text=True,
         timeout=timeout, cwd=ROOT, check=False,
     )
-
-
-T0 = [time.monotonic()]
-
-
-def mark(what: str) -> None:
-    print(f"{time.monotonic() - T0[0]:6.1f}s {what}")
 
 
 def wait_for(check: Any, timeout_s: float, what: str) -> Any:
@@ -77,33 +71,36 @@ def stack_dir(tmp_path: Path) -> Any:
     state = tmp_path / "stack"
     yield state
     # Whatever happens in the test, stop what was started.
-    specload("stack", "down", "--state-dir", str(state), timeout=60)
+    if (state / "stack.json").exists():
+        specload("stack", "down", "--state-dir", str(state), timeout=60)
     for pid in processes_mentioning(str(state)):
         os.kill(pid, 9)
 
 
 @pytest.mark.slow
-def test_stack_up_sweep_reload_down(stack_dir: Path, tmp_path: Path) -> None:
-    T0[0] = time.monotonic()
+def test_stack_up_sweep_reload_down(
+    stack_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     up = specload("stack", "up", "--state-dir", str(stack_dir), "--free-ports",
                   "--workers", "1", "--scrape-interval", "1s", "--load-time", "1s",
                   "--time-scale", "20", "--timeout", "60s")
     assert up.returncode == 0, up.stdout + up.stderr
-    mark("up")
     assert "prometheus" in up.stdout and "http://127.0.0.1:" in up.stdout
     state = json.loads((stack_dir / "stack.json").read_text())
     parts = {p["name"]: p for p in state["parts"]}
     assert set(parts) == {"baseline", "ngram", "alertmanager", "exporter", "prometheus",
                           "locust-master", "locust-worker-1"}
     prometheus = parts["prometheus"]["url"]
+    for name, part in parts.items():
+        assert (stack_dir / "pids" / f"{name}.pid").read_text() == f"{part['pid']}\n"
 
-    # A second `up` on the same folder is refused.
-    again = specload("stack", "up", "--state-dir", str(stack_dir), "--free-ports")
-    assert again.returncode == 2 and "already running" in again.stderr
+    # A second `up` on the same folder is refused (the CLI in-process from here on).
+    assert main(["stack", "up", "--state-dir", str(stack_dir), "--free-ports"]) == 2
+    assert "already running" in capsys.readouterr().err
 
-    status = specload("stack", "status", "--state-dir", str(stack_dir), "--json")
-    assert status.returncode == 0, status.stdout
-    assert {p["health"] for p in json.loads(status.stdout)["parts"]} == {"healthy"}
+    assert main(["stack", "status", "--state-dir", str(stack_dir), "--json"]) == 0
+    status = json.loads(capsys.readouterr().out)
+    assert {p["health"] for p in status["parts"]} == {"healthy"}
 
     # Every Prometheus target is healthy: both variants, the exporter, the load generator.
     def targets_up() -> list[dict[str, Any]] | None:
@@ -112,7 +109,6 @@ def test_stack_up_sweep_reload_down(stack_dir: Path, tmp_path: Path) -> None:
         return active if active and all(t["health"] == "up" for t in active) else None
 
     active = wait_for(targets_up, 30, "all Prometheus targets up")
-    mark("targets up")
     jobs = sorted((t["labels"]["job"], t["labels"].get("variant", "")) for t in active)
     assert jobs == [("specload-exporter", ""), ("specload-loadgen", ""),
                     ("vllm", "baseline"), ("vllm", "ngram")]
@@ -131,7 +127,6 @@ def test_stack_up_sweep_reload_down(stack_dir: Path, tmp_path: Path) -> None:
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
     summary = json.loads((results / "summary.json").read_text())
     assert summary["status"] == "complete"
-    mark("sweep")
     # And through the stack's own Locust master and worker (its web API).
     master = parts["locust-master"]["url"]
     swarm = httpx.post(f"{master}/swarm", data={"user_count": 2, "spawn_rate": 2,
@@ -145,7 +140,6 @@ def test_stack_up_sweep_reload_down(stack_dir: Path, tmp_path: Path) -> None:
 
     wait_for(requests_done, 20, "requests through the Locust worker")
     httpx.get(f"{master}/stop", timeout=5)
-    mark("locust")
 
     # A reload of the ngram server, seen by the exporter and then in Prometheus.
     exporter = parts["exporter"]["url"]
@@ -153,10 +147,9 @@ def test_stack_up_sweep_reload_down(stack_dir: Path, tmp_path: Path) -> None:
     before = {v: metric_value(exporter, "specload_target_reloads_total", {"variant": v})
               for v in ("baseline", "ngram")}
     assert None not in before.values()
-    reload = specload("stack", "reload", "ngram", "--state-dir", str(stack_dir), "--wait",
-                      "--timeout", "30s")
-    assert reload.returncode == 0, reload.stdout + reload.stderr
-    mark("reload")
+    assert main(["stack", "reload", "ngram", "--state-dir", str(stack_dir), "--wait",
+                 "--timeout", "30s"]) == 0
+    assert "ngram serves again" in capsys.readouterr().out
     wait_for(lambda: (metric_value(exporter, "specload_target_reloads_total",
                                    {"variant": "ngram"}) or 0) >= before["ngram"] + 1,
              15, "exporter sees the reload")
@@ -176,12 +169,12 @@ def test_stack_up_sweep_reload_down(stack_dir: Path, tmp_path: Path) -> None:
     assert all(is_running(p) for p in processes)
     down = specload("stack", "down", "--state-dir", str(stack_dir), timeout=60)
     assert down.returncode == 0, down.stderr
-    mark("down")
     assert not [p for p in processes if is_running(p)]
     assert not [p for p in processes if group_members(p.pid)]
     assert processes_mentioning(str(stack_dir)) == []
     assert not (stack_dir / "stack.json").exists()
-    assert specload("stack", "status", "--state-dir", str(stack_dir)).returncode == 3
+    assert list((stack_dir / "pids").iterdir()) == []
+    assert main(["stack", "status", "--state-dir", str(stack_dir)]) == 3
 
 
 def test_a_part_that_fails_is_reported_and_the_rest_stopped(stack_dir: Path) -> None:
@@ -196,7 +189,9 @@ def test_a_part_that_fails_is_reported_and_the_rest_stopped(stack_dir: Path) -> 
     assert not (stack_dir / "stack.json").exists()
 
 
-def test_reload_of_an_unknown_server_is_one_line(stack_dir: Path) -> None:
-    result = specload("stack", "reload", "ngram", "--state-dir", str(stack_dir))
-    assert result.returncode == 2
-    assert result.stderr.count("\n") == 1 and "no stack" in result.stderr
+def test_reload_without_a_stack_is_one_line(
+    stack_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["stack", "reload", "ngram", "--state-dir", str(stack_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no stack" in err

@@ -262,3 +262,39 @@ def test_systemd_path_prometheus_config_passes_promtool() -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_grafana_provisioning_resolves_inside_compose(compose: dict[str, Any]) -> None:
+    grafana = compose["services"]["grafana"]
+    env = {k: interpolate(str(v)) for k, v in grafana["environment"].items()}
+    provisioning = ROOT / "grafana" / "provisioning"
+    used = set()
+    for path in provisioning.rglob("*.y*ml"):
+        used |= set(re.findall(r"\$\{(SPECLOAD_[A-Z_]+)\}", path.read_text()))
+    assert used <= set(env), f"unset in compose: {used - set(env)}"
+    mounts = {}
+    for volume in grafana["volumes"]:
+        source, target = interpolate(volume).split(":")[:2]
+        mounts[target] = (COMPOSE_DIR / source).resolve()
+    assert mounts["/etc/grafana/provisioning"] == provisioning
+    boards = mounts[env["SPECLOAD_GRAFANA_DASHBOARDS"]]
+    assert boards == ROOT / "grafana" / "dashboards"
+    for path in (provisioning / "dashboards").glob("*.y*ml"):
+        for provider in yaml.safe_load(path.read_text())["providers"]:
+            folder = provider["options"]["path"].replace(
+                "${SPECLOAD_GRAFANA_DASHBOARDS}", str(boards))
+            assert list(Path(folder).glob("*.json")), f"{provider['name']}: no boards in {folder}"
+    url = urlsplit(env["SPECLOAD_PROMETHEUS_URL"])
+    owners = [n for n, s in compose["services"].items()
+              if url.hostname in names_on_network(n, s) and "network_mode" not in s]
+    assert owners == ["alertmanager"]  # Prometheus lives in Alertmanager's network namespace
+    assert compose["services"]["prometheus"]["network_mode"] == "service:alertmanager"
+    assert url.port == 9090
+
+
+def test_locust_settings_are_options_the_load_generator_reads(compose: dict[str, Any]) -> None:
+    options = (ROOT / "specload" / "load" / "options.py").read_text()
+    for name in ("locust-master", "locust-worker"):
+        for key in compose["services"][name].get("environment") or {}:
+            if key.startswith("SPECLOAD_"):
+                assert f'env_var="{key}"' in options, f"{name}: {key} is not a load option"

@@ -89,10 +89,20 @@ def test_kustomize_build_validates(rendered: Path) -> None:
                     and d["metadata"]["name"] == "specload-exporter")
     volume = exporter["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
     assert volume == exporter_cm["metadata"]["name"]  # kustomize rewrote the hashed name
-    boards = sorted(p.name for p in (ROOT / "grafana" / "dashboards").glob("*.json"))
-    if boards:
-        assert sorted(config_maps["specload-dashboards"]["data"]) == boards
-        assert config_maps["specload-dashboards"]["metadata"]["labels"]["grafana_dashboard"] == "1"
+    boards_root = ROOT / "grafana" / "dashboards"
+    expected: dict[str, list[str]] = {}
+    for board in boards_root.rglob("*.json"):
+        group = board.parent.relative_to(boards_root).as_posix()
+        name = "specload-dashboards" + ("" if group == "." else "-" + group.replace("/", "-"))
+        expected.setdefault(name, []).append(board.name)
+    boards = {k: v for k, v in config_maps.items() if k.startswith("specload-dashboards")}
+    assert {k: sorted(v["data"]) for k, v in boards.items()} == {
+        k: sorted(v) for k, v in expected.items()}
+    for name, config_map in boards.items():
+        assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert config_map["metadata"]["annotations"]["grafana_folder"].startswith("specload")
+        for key, text in config_map["data"].items():
+            assert json.loads(text)["uid"], (name, key)
 
 
 def test_prometheus_rule_carries_every_repo_rule_group(rendered: Path) -> None:
@@ -179,3 +189,17 @@ def test_cli_renders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert (tmp_path / "out" / "prometheusrule.yaml").exists()
     assert "kubectl apply -k" in capsys.readouterr().err
     assert main(["deploy", "k8s", "--out", str(tmp_path / "x"), "--repo", str(tmp_path)]) == 2
+
+
+def test_locust_settings_are_options_the_load_generator_reads(rendered: Path) -> None:
+    options = (ROOT / "specload" / "load" / "options.py").read_text()
+    seen = 0
+    for doc in base_documents(rendered):
+        if doc["kind"] != "Deployment":
+            continue
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            for env in container.get("env", []):
+                if env["name"].startswith("SPECLOAD_"):
+                    assert f'env_var="{env["name"]}"' in options, env["name"]
+                    seen += 1
+    assert seen >= 2

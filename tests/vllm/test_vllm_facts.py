@@ -7,8 +7,10 @@ cycle), ngram, answering, profiled.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -207,7 +209,7 @@ def test_ngram_chunks_can_carry_several_tokens(vllm_ngram: VllmServer) -> None:
     assert chunks[-1]["usage"]["completion_tokens"] == 48
     assert len(text_chunks) < 48
     counts = [c["usage"]["completion_tokens"] for c in chunks]
-    assert max(b - a for a, b in zip(counts, counts[1:], strict=False)) > 1
+    assert max(b - a for a, b in itertools.pairwise(counts)) > 1
 
 
 # --------------------------------------------------------------------------- answering
@@ -234,8 +236,9 @@ def test_answering_model_writes_content_after_reasoning(vllm_answering: VllmServ
 
 
 def test_profiler_writes_a_trace_per_rank(vllm_profiled: VllmServer) -> None:
-    assert vllm_profiled.trace_dir is not None
-    before = set(vllm_profiled.trace_dir.rglob("*"))
+    trace_dir = vllm_profiled.trace_dir
+    assert trace_dir is not None
+    before = set(trace_dir.rglob("*"))
     with httpx.Client(timeout=120) as client:
         assert client.post(f"{vllm_profiled.url}/start_profile").status_code == 200
         r = client.post(
@@ -243,14 +246,18 @@ def test_profiler_writes_a_trace_per_rank(vllm_profiled: VllmServer) -> None:
         )
         assert r.status_code == 200
         assert client.post(f"{vllm_profiled.url}/stop_profile").status_code == 200
+    # One trace per rank (rank0.*), plus one of the API server's engine client.
     deadline = time.monotonic() + 60
-    new: list[Any] = []
+    ranks: list[Path] = []
     while time.monotonic() < deadline:
-        new = [p for p in vllm_profiled.trace_dir.rglob("*.json.gz") if p not in before]
-        if new:
+        ranks = [p for p in trace_dir.glob("rank*.pt.trace.json.gz") if p not in before]
+        if ranks:
             break
         time.sleep(0.5)
-    assert len(new) == 1, f"expected one trace (one rank), got {new}"
-    trace = json.loads(gzip.decompress(new[0].read_bytes()))
+    assert len(ranks) == 1, f"expected one rank trace (TP 1), got {ranks}"
+    trace = json.loads(gzip.decompress(ranks[0].read_bytes()))
     names = {e.get("name", "") for e in trace["traceEvents"]}
-    assert any(n.startswith("execute_context_") and "_generation_" in n for n in names)
+    steps = [n for n in names if n.startswith("execute_context_") and "_generation_" in n]
+    assert steps, "no execute_context_N(t)_generation_M(t) step annotations"
+    front = [p for p in trace_dir.glob("*async_llm*.pt.trace.json.gz") if p not in before]
+    assert len(front) == 1

@@ -1,0 +1,102 @@
+"""Plain `locust -f locustfiles/chat.py` with specload's options, as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.fixtures.load import locust_command
+
+pytestmark = pytest.mark.integration
+
+FIXED = ["--timing", "fixed", "--fixed-ttft", "0.02", "--fixed-itl", "0.005",
+         "--fixed-tokens-per-chunk", "2", "--fixed-reasoning-tokens", "6",
+         "--fixed-content-tokens", "4"]
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/"])
+def test_every_base_url_form_reaches_v1_once(load_sim, run_locust, suffix: str) -> None:
+    sim = load_sim(FIXED)
+    secret = "sk-specload-test-secret-123"
+    run = run_locust(sim.url + suffix, users=2, seconds=1,
+                     args=["--api-key", secret, "--variant", "baseline", "--prompts",
+                           "builtin:math"])
+    assert run.returncode == 0, run.stderr[-2000:]
+    # (the simulator answers 404 to /v1/v1/...: any such request would be a failed record)
+    assert run.records and all(r["ok"] for r in run.records)
+    r = run.records[0]
+    assert (r["variant"], r["category"], r["tokens_output"]) == ("baseline", "math", 10)
+    assert r["model"] == httpx.get(sim.url + "/v1/models").json()["data"][0]["id"]
+    # The API key is never logged or written anywhere.
+    written = [run.stdout, run.stderr, json.dumps(run.records)]
+    written += [p.read_text() for p in run.csv_prefix.parent.glob(run.csv_prefix.name + "*")]
+    assert not any(secret in text for text in written)
+
+
+def test_non_streamed_requests_and_stats_csv(load_sim, run_locust) -> None:
+    sim = load_sim(FIXED)
+    run = run_locust(sim.url, users=2, seconds=1, args=["--stream", "false"])
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.records and all(r["ok"] and not r["stream"] for r in run.records)
+    r = run.records[0]
+    # Final usage gives the total; without a tokenizer the split is an estimate, marked.
+    assert r["tokens_output"] == 10
+    assert (r["token_count_source"], r["channel_split_source"]) == ("usage", "text-estimate")
+    assert r["ttft_s"] is None and r["e2e_s"] > 0
+    stats = Path(str(run.csv_prefix) + "_stats.csv").read_text()
+    assert "CHAT" in stats
+
+
+def test_step_option_labels_samples_and_metrics_served(load_sim, tmp_path: Path) -> None:
+    sim = load_sim(FIXED)
+    from tests.fixtures.load import free_port, wait_http  # noqa: PLC0415
+
+    port = free_port()
+    proc = subprocess.Popen(
+        locust_command(sim.url, 2, 4, ["--step", "warmup", "--metrics-address",
+                                        f"127.0.0.1:{port}"]),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
+    )
+    try:
+        wait_http(f"http://127.0.0.1:{port}/metrics", proc=proc)
+        text = ""
+        for _ in range(40):
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
+            if "specload_client_requests_total{" in text:
+                break
+            import time  # noqa: PLC0415
+
+            time.sleep(0.1)
+        assert 'step="warmup"' in text
+        assert "specload_client_tpot_seconds_bucket" in text
+        assert "specload_client_users 2.0" in text
+    finally:
+        proc.wait(30)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prompts", "BAD"], "--prompts"),
+        (["--max-tokens", "0"], "--max-tokens"),
+        (["--tokenizer", "/nonexistent/tok"], "--tokenizer"),
+    ],
+)
+def test_bad_options_give_one_line(tmp_path: Path, args: list[str], message: str) -> None:
+    if args[0] == "--prompts":
+        bad = tmp_path / "bad.jsonl"
+        bad.write_text('{"prompt": "ok"}\n{"category": 3, "prompt": "x"}\n')
+        args = ["--prompts", str(bad)]
+        message = "bad.jsonl:2: field 'category'"
+    proc = subprocess.run(
+        locust_command("http://127.0.0.1:9", 1, 1, [*args, "--metrics-address", "off"]),
+        check=False, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )
+    assert proc.returncode != 0
+    assert "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if message in line]
+    assert len(lines) == 1 and lines[0].startswith("specload: error:"), proc.stderr[-2000:]

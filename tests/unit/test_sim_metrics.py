@@ -1,0 +1,131 @@
+"""The simulator's /metrics text against vLLM 0.32's captured exposition, and its values."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from simulator.calibration import run_virtual
+from simulator.engine import EngineCore, Sequence
+from simulator.costmodel import CostModel
+from simulator.metrics import EngineMetrics, buckets_1_2_5, cache_config_labels, process_families
+from simulator.variants import PRESETS
+from specload import promtext
+
+pytestmark = pytest.mark.unit
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "vllm-0.32.0"
+
+
+def shape(expo: promtext.Exposition, name: str) -> tuple[str, frozenset[str], tuple[float, ...]]:
+    fam = expo[name]
+    labels: set[str] = set()
+    buckets: set[float] = set()
+    for s in fam.samples:
+        labels |= set(s.labels) - {"le"}
+        if s.name.endswith("_bucket"):
+            buckets.add(float(s.labels["le"]))
+    return fam.type, frozenset(labels), tuple(sorted(buckets))
+
+
+def sim_metrics(max_model_len: int = 2048, positions: int = 3) -> EngineMetrics:
+    return EngineMetrics(
+        model_name="tiny-plain",
+        max_model_len=max_model_len,
+        speculative_positions=positions,
+        cache_info=cache_config_labels(block_size=128, num_gpu_blocks=8192, max_concurrency=512.0),
+    )
+
+
+def test_emulated_families_match_captured_vllm_0_32() -> None:
+    real = promtext.parse((DATA / "metrics_ngram.txt").read_text())
+    m = sim_metrics()
+    sim = promtext.parse((process_families(m.start_time) + m.render()).decode())
+    emulated = [n for n in sim if n.startswith("vllm:") or n.startswith("process_")]
+    assert len(emulated) >= 40
+    for name in emulated:
+        assert name in real, f"{name} is not a vLLM 0.32 family"
+        assert shape(sim, name) == shape(real, name), name
+        assert sim[name].help == real[name].help, name
+    # Every family the issue lists is emulated.
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:request_success_total",
+        "vllm:time_to_first_token_seconds",
+        "vllm:inter_token_latency_seconds",
+        "vllm:request_time_per_output_token_seconds",
+        "vllm:e2e_request_latency_seconds",
+        "vllm:request_queue_time_seconds",
+        "vllm:request_prefill_time_seconds",
+        "vllm:request_decode_time_seconds",
+        "vllm:iteration_tokens_total",
+        "vllm:spec_decode_num_drafts_total",
+        "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_total",
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+        "vllm:cache_config_info",
+        "process_start_time_seconds",
+    ):
+        assert name in sim, name
+    # _created series as vLLM 0.32 shows them: their own gauge families.
+    assert sim["vllm:prompt_tokens_created"].type == "gauge"
+    assert sim["vllm:time_to_first_token_seconds_created"].type == "gauge"
+
+
+def test_baseline_has_no_spec_decode_families() -> None:
+    text = sim_metrics(positions=0).render().decode()
+    assert "spec_decode" not in text
+
+
+def test_token_buckets_follow_max_model_len() -> None:
+    assert buckets_1_2_5(2048) == (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000)
+    assert buckets_1_2_5(262144)[-1] == 200000
+
+
+def test_values_agree_with_what_the_engine_did() -> None:
+    run = run_virtual(PRESETS["ngram"], categories=("math", "coding"), requests_per_category=3, concurrency=3)
+    # run_virtual keeps its metrics private; drive an engine here instead.
+    metrics = sim_metrics(max_model_len=8192, positions=5)
+    core = EngineCore(CostModel(), PRESETS["ngram"], metrics, random.Random(3))
+    sent: dict[int, int] = {}
+    finished: list[str] = []
+
+    def emit(seq: Sequence, r: int, c: int, finish: str | None, now: float) -> None:
+        sent[seq.rid] = sent.get(seq.rid, 0) + r + c
+        if finish:
+            finished.append(finish)
+
+    for rid in range(6):
+        core.add(
+            Sequence(rid, category="math", prompt_tokens=100 + rid, reasoning_tokens=40, content_tokens=30,
+                     max_tokens=50 if rid % 2 else 500, arrival=0.0, emit=emit)
+        )
+    now = 0.0
+    while not core.idle:
+        plan = core.plan(now)
+        assert plan is not None
+        now += plan.duration_s
+        core.complete(plan, now)
+    expo = promtext.parse(metrics.render().decode())
+    assert expo["vllm:generation_tokens_total"].total() == sum(sent.values())
+    assert expo["vllm:prompt_tokens_total"].total() == sum(100 + r for r in range(6))
+    success = expo["vllm:request_success_total"].by_label("finished_reason")
+    assert success["length"] == 3 and success["stop"] == 3
+    assert sent == {r: 50 if r % 2 else 70 for r in range(6)}
+    ttft = expo["vllm:time_to_first_token_seconds"].histogram()
+    assert ttft is not None and ttft.count == 6
+    drafts = expo["vllm:spec_decode_num_drafts_total"].total()
+    draft_tokens = expo["vllm:spec_decode_num_draft_tokens_total"].total()
+    accepted = expo["vllm:spec_decode_num_accepted_tokens_total"].total()
+    per_pos = expo["vllm:spec_decode_num_accepted_tokens_per_pos_total"].by_label("position")
+    assert drafts and draft_tokens == 5 * drafts
+    assert accepted is not None and 0 < accepted < draft_tokens
+    assert sum(per_pos.values()) == accepted
+    assert per_pos["0"] >= per_pos["1"] >= per_pos["4"]
+    assert run.by_category["math"].requests == 3
