@@ -1,1 +1,15 @@
-"""The specload exporter: vLLM service variants into Prometheus."""
+"""The specload exporter: vLLM service variants into Prometheus.
+
+- :mod:`exporter.config` — YAML file and flags, validated (one-line errors).
+- :mod:`exporter.fetch` — one bounded GET (deadline, body cap, fault reasons).
+- :mod:`exporter.vllm_metrics` — what is read from vLLM's /metrics and derived.
+- :mod:`exporter.lifecycle` — ready/loading/down through reloads.
+- :mod:`exporter.logs` — following a server's log (file or journal).
+- :mod:`exporter.target` — one monitored server: poll, fold, view.
+- :mod:`exporter.poller` — a thread per target on a common schedule.
+- :mod:`exporter.collector` — the prometheus-client Collector.
+- :mod:`exporter.sources`, :mod:`exporter.baselines`, :mod:`exporter.profiling` — extra families.
+- :mod:`exporter.app`, :mod:`exporter.cli` — the running exporter and ``specload exporter``.
+
+See docs/exporter.md.
+"""

@@ -26,6 +26,7 @@ from tests.fixtures.vllm import VLLM_VERSION, VllmPool, VllmServer, find_vllm_en
 
 PROMPT = "Count the primes below 30, then list them in order."
 STREAM_OPTIONS = {"include_usage": True, "continuous_usage_stats": True}
+STREAM_BODY = {"stream": True, "stream_options": STREAM_OPTIONS}
 
 
 def chat_body(server: VllmServer, **extra: Any) -> dict[str, Any]:
@@ -85,10 +86,49 @@ def capture_errors(client: httpx.Client, server: VllmServer) -> dict[str, Any]:
     return out
 
 
+def capture_plain(client: httpx.Client, pool: VllmPool, out: Path) -> None:
+    plain = pool.ensure("plain")
+    warm(client, plain, greedy=False)
+    (out / "stream_chat_plain.txt").write_bytes(
+        stream_raw(client, plain, chat_body(plain, **STREAM_BODY))
+    )
+    r = client.post(f"{plain.base_url}/chat/completions", json=chat_body(plain))
+    (out / "chat_plain.json").write_text(json.dumps(r.json(), indent=2) + "\n")
+    (out / "errors.json").write_text(json.dumps(capture_errors(client, plain), indent=2) + "\n")
+    (out / "models.json").write_text(
+        json.dumps(client.get(f"{plain.base_url}/models").json(), indent=2) + "\n"
+    )
+    (out / "version.json").write_text(
+        json.dumps(client.get(f"{plain.url}/version").json(), indent=2) + "\n"
+    )
+    (out / "metrics_plain.txt").write_text(client.get(f"{plain.url}/metrics").text)
+
+
+def capture_ngram(client: httpx.Client, pool: VllmPool, out: Path) -> None:
+    ngram = pool.ensure("ngram")
+    warm(client, ngram, greedy=True)
+    greedy_stream = chat_body(ngram, temperature=0.0, max_tokens=48, **STREAM_BODY)
+    (out / "stream_chat_ngram.txt").write_bytes(stream_raw(client, ngram, greedy_stream))
+    (out / "metrics_ngram.txt").write_text(client.get(f"{ngram.url}/metrics").text)
+
+
+def capture_answering(client: httpx.Client, pool: VllmPool, out: Path) -> None:
+    answering = pool.ensure("answering")
+    (out / "stream_chat_answering.txt").write_bytes(
+        stream_raw(client, answering, chat_body(answering, max_tokens=48, **STREAM_BODY))
+    )
+
+
+CAPTURES = {"plain": capture_plain, "ngram": capture_ngram, "answering": capture_answering}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default_out = ROOT / "tests" / "data" / f"vllm-{VLLM_VERSION}"
     parser.add_argument("--out", type=Path, default=default_out)
+    parser.add_argument(
+        "--only", choices=list(CAPTURES), action="append", help="capture only these servers"
+    )
     args = parser.parse_args(argv)
     env, reason = find_vllm_env()
     if env is None:
@@ -97,37 +137,10 @@ def main(argv: list[str] | None = None) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     pool = VllmPool(env, Path(tempfile.mkdtemp(prefix="specload-capture-")))
-    stream_body = {"stream": True, "stream_options": STREAM_OPTIONS}
     try:
         with httpx.Client(timeout=120) as client:
-            plain = pool.ensure("plain")
-            warm(client, plain, greedy=False)
-            (out / "stream_chat_plain.txt").write_bytes(
-                stream_raw(client, plain, chat_body(plain, **stream_body))
-            )
-            r = client.post(f"{plain.base_url}/chat/completions", json=chat_body(plain))
-            (out / "chat_plain.json").write_text(json.dumps(r.json(), indent=2) + "\n")
-            (out / "errors.json").write_text(
-                json.dumps(capture_errors(client, plain), indent=2) + "\n"
-            )
-            (out / "models.json").write_text(
-                json.dumps(client.get(f"{plain.base_url}/models").json(), indent=2) + "\n"
-            )
-            (out / "version.json").write_text(
-                json.dumps(client.get(f"{plain.url}/version").json(), indent=2) + "\n"
-            )
-            (out / "metrics_plain.txt").write_text(client.get(f"{plain.url}/metrics").text)
-
-            ngram = pool.ensure("ngram")
-            warm(client, ngram, greedy=True)
-            greedy_stream = chat_body(ngram, temperature=0.0, max_tokens=48, **stream_body)
-            (out / "stream_chat_ngram.txt").write_bytes(stream_raw(client, ngram, greedy_stream))
-            (out / "metrics_ngram.txt").write_text(client.get(f"{ngram.url}/metrics").text)
-
-            answering = pool.ensure("answering")
-            (out / "stream_chat_answering.txt").write_bytes(
-                stream_raw(client, answering, chat_body(answering, max_tokens=48, **stream_body))
-            )
+            for kind in args.only or list(CAPTURES):
+                CAPTURES[kind](client, pool, out)
             timings = {s.kind: round(s.ready_after_s, 1) for s in pool.servers.values()}
     finally:
         pool.stop_all()

@@ -137,8 +137,12 @@ def capture(
     settle_s: float = DEFAULT_SETTLE_S,
     client: httpx.Client | None = None,
     cancel: threading.Event | None = None,
+    during: Callable[[], None] | None = None,
 ) -> CaptureResult:
     """Profile ``target`` for ``seconds`` and analyse the traces it writes to ``trace_dir``.
+
+    ``during`` (e.g. a load to run) is called once the profiler has started; the
+    profile then lasts until it returns and at least ``seconds`` have passed.
 
     Raises :class:`CaptureError` (one line, with a reason) on any failure; the
     profiler is stopped again if anything fails after it was started.
@@ -152,10 +156,13 @@ def capture(
         t0 = time.monotonic()
         _post(http, target.join("/start_profile"), 60.0, "start_profile")
         try:
+            if during is not None:
+                during()
+            remaining = seconds - (time.monotonic() - t0)
             if cancel is not None:
-                cancel.wait(seconds)
-            else:
-                time.sleep(seconds)
+                cancel.wait(max(0.0, remaining))
+            elif remaining > 0:
+                time.sleep(remaining)
         finally:
             elapsed = time.monotonic() - t0
             _post(http, target.join("/stop_profile"), stop_timeout_s, "stop_profile")

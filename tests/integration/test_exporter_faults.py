@@ -63,6 +63,18 @@ def _huge(h: socketserver.StreamRequestHandler) -> None:
         pass  # the exporter hung up, as it should
 
 
+def _slow(h: socketserver.StreamRequestHandler) -> None:
+    """Headers at once, then the body a line every 0.3 s: each read is quick, the whole is not."""
+    h.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(PAGE))
+    try:
+        for line in PAGE.splitlines(keepends=True)[:20]:
+            h.wfile.write(line)
+            h.wfile.flush()
+            time.sleep(0.3)
+    except OSError:
+        pass
+
+
 def _hang(h: socketserver.StreamRequestHandler) -> None:
     """Accept, read the request, answer nothing until the client gives up."""
     h.connection.settimeout(30)
@@ -96,6 +108,7 @@ def fault_servers() -> Iterator[dict[str, str]]:
         "malformed": serve(_malformed),
         "huge": serve(_huge),
         "hang": serve(_hang),
+        "slow": serve(_slow),
     }
     urls = {k: f"http://127.0.0.1:{s.server_address[1]}" for k, s in servers.items()}
     urls["refused"] = f"http://127.0.0.1:{free_port()}"
@@ -108,6 +121,7 @@ def fault_servers() -> Iterator[dict[str, str]]:
 EXPECTED = {
     "refused": "refused",
     "hang": "timeout",
+    "slow": "timeout",
     "http500": "http_5xx",
     "malformed": "malformed",
     "huge": "too_large",

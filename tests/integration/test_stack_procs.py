@@ -14,12 +14,12 @@ from specload.stack.procs import ProcessId, group_members, is_running, spawn, st
 
 pytestmark = pytest.mark.integration
 
-# A parent that starts a child which ignores SIGTERM, then waits.
+# A parent that starts a child which ignores SIGTERM (and says so), then waits.
 STUBBORN = (
-    "import signal, subprocess, sys, time\n"
-    "child = subprocess.Popen([sys.executable, '-c', "
-    "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
-    "print(child.pid, flush=True)\n"
+    "import subprocess, sys, time\n"
+    "subprocess.Popen([sys.executable, '-c', 'import os, signal, time; "
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN); print(os.getpid(), flush=True); "
+    "time.sleep(60)'])\n"
     "time.sleep(60)\n"
 )
 

@@ -15,6 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from exporter.config import parse_config
 from specload.cli import main
 from specload.deploy.k8s import prometheus_rule, render, rule_files
 
@@ -203,3 +204,8 @@ def test_locust_settings_are_options_the_load_generator_reads(rendered: Path) ->
                     assert f'env_var="{env["name"]}"' in options, env["name"]
                     seen += 1
     assert seen >= 2
+
+
+def test_exporter_config_map_is_a_valid_exporter_config() -> None:
+    config = parse_config(yaml.safe_load((BASE / "exporter-config.yaml").read_text()), env={})
+    assert [t.variant for t in config.targets] == ["baseline", "ngram"]

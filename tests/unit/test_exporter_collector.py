@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -15,7 +16,14 @@ from exporter.config import ExporterConfig, TargetConfig, parse_config
 from exporter.fetch import REASONS
 from specload.promtext import parse
 from specload.urls import parse_server_url
-from tests.fixtures.exporter import Behaviour, FakeClock, FakeVllm, set_values, vllm_page
+from tests.fixtures.exporter import (
+    Behaviour,
+    FakeClock,
+    FakeVllm,
+    free_port,
+    set_values,
+    vllm_page,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -154,9 +162,7 @@ def test_refused_after_up_is_a_reload_and_back(fake_vllm: FakeVllm, fake_clock: 
     ex.poller.once()
     fake_clock.advance(5)
     new_start = fake_clock.now - 3
-    fake_vllm.set(
-        "v.test", Behaviour(page=page.replace("1.79594697905e+09", repr(new_start)))
-    )
+    fake_vllm.set("v.test", Behaviour(page=page.replace("1.79594697905e+09", repr(new_start))))
     ex.poller.once()
     assert value(ex, "specload_target_state", **m, state="ready") == 1.0
     assert value(ex, "specload_target_reloads_total", **m) == 1.0
@@ -248,3 +254,35 @@ def test_no_nan_or_inf_leaks_from_zero_counts(fake_vllm: FakeVllm, fake_clock: F
             assert math.isfinite(s.value), s
     m = {"variant": "z", "model": "tiny-plain"}
     assert value(ex, "specload_spec_decode_acceptance_ratio", **m, window="lifetime") is None
+
+
+def test_profile_config_wires_the_profiling_source(tmp_path: Path) -> None:
+    cfg = parse_config(
+        {
+            "port": 0,
+            "interval": 10,
+            "targets": [
+                {"variant": "p", "url": f"http://127.0.0.1:{free_port()}",
+                 "profile": {"trace_dir": str(tmp_path), "interval": None, "seconds": 1}},
+                {"variant": "q", "url": "http://q.test"},
+            ],
+        }
+    )  # fmt: skip
+    ex = Exporter(cfg)
+    assert [type(s).__name__ for s in ex.sources] == ["ProfilingSource"]
+    ex.start()
+    try:
+        assert httpx.post(ex.url + "/-/profile/p", timeout=5).status_code == 202
+        assert httpx.post(ex.url + "/-/profile/q", timeout=5).status_code == 404
+        assert httpx.get(ex.url + "/-/profile/p", timeout=5).status_code == 405
+        deadline = time.monotonic() + 10
+        while True:  # the capture fails (nothing listens) and says why, the rest goes on
+            fams = parse(httpx.get(ex.url + "/metrics", timeout=5).text)
+            failures = fams.get_family("specload_profile_failures_total")
+            if failures is not None and (failures.total({"variant": "p"}) or 0) >= 1:
+                break
+            assert time.monotonic() < deadline, "capture never failed"
+            time.sleep(0.1)
+        assert fams["specload_target_up"].total({"variant": "p"}) == 0.0
+    finally:
+        ex.stop()
