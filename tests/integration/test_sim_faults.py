@@ -16,8 +16,18 @@ from tests.fixtures.sim import SimHandle
 pytestmark = pytest.mark.integration
 
 BODY = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 40, "stream": True}
-FIXED = ["--timing", "fixed", "--fixed-ttft", "0.01", "--fixed-itl", "0.002",
-         "--fixed-reasoning-tokens", "30", "--fixed-content-tokens", "10"]
+FIXED = [
+    "--timing",
+    "fixed",
+    "--fixed-ttft",
+    "0.01",
+    "--fixed-itl",
+    "0.002",
+    "--fixed-reasoning-tokens",
+    "30",
+    "--fixed-content-tokens",
+    "10",
+]
 
 
 def raw_stream(url: str) -> tuple[list[bytes], bytes]:
@@ -72,8 +82,9 @@ def test_stall_longer_than_client_timeout(sim_factory: Callable[..., SimHandle])
     sim = sim_factory([*FIXED, "--fault-rate", "stall=1", "--stall-seconds", "3"])
     start = time.monotonic()
     with pytest.raises(httpx.ReadTimeout):
-        with httpx.stream("POST", sim.url + "/v1/chat/completions", json=BODY,
-                          timeout=httpx.Timeout(10, read=0.5)) as r:
+        with httpx.stream(
+            "POST", sim.url + "/v1/chat/completions", json=BODY, timeout=httpx.Timeout(10, read=0.5)
+        ) as r:
             for _ in r.iter_raw():
                 pass
     assert time.monotonic() - start < 3
@@ -86,8 +97,11 @@ def test_stall_longer_than_client_timeout(sim_factory: Callable[..., SimHandle])
 
 def test_garbage_and_disconnects_do_not_crash(sim_factory: Callable[..., SimHandle]) -> None:
     sim = sim_factory(["--time-scale", "50"])
-    for payload in (b"GARBAGE\r\n\r\n", b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n",
-                    b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 1000\r\n\r\n{"):
+    for payload in (
+        b"GARBAGE\r\n\r\n",
+        b"GET / HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+        b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 1000\r\n\r\n{",
+    ):
         with socket.create_connection(("127.0.0.1", sim.port), timeout=2) as s:
             s.sendall(payload)
     assert httpx.get(sim.url + "/health").status_code == 200

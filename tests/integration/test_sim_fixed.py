@@ -19,7 +19,9 @@ pytestmark = pytest.mark.integration
 TTFT, ITL, PER_CHUNK, REASONING, CONTENT = 0.2, 0.05, 3, 20, 10
 
 
-async def one_stream(client: httpx.AsyncClient, url: str, max_tokens: int | None) -> tuple[float, list[float], list[dict]]:
+async def one_stream(
+    client: httpx.AsyncClient, url: str, max_tokens: int | None
+) -> tuple[float, list[float], list[dict]]:
     body: dict = {"messages": [{"role": "user", "content": "x"}], "stream": True}
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
@@ -43,11 +45,22 @@ async def one_stream(client: httpx.AsyncClient, url: str, max_tokens: int | None
 
 
 def test_fixed_timing_exact_under_64_streams(sim_factory: Callable[..., SimHandle]) -> None:
-    sim = sim_factory([
-        "--timing", "fixed", "--fixed-ttft", str(TTFT), "--fixed-itl", str(ITL),
-        "--fixed-tokens-per-chunk", str(PER_CHUNK), "--fixed-reasoning-tokens", str(REASONING),
-        "--fixed-content-tokens", str(CONTENT),
-    ])
+    sim = sim_factory(
+        [
+            "--timing",
+            "fixed",
+            "--fixed-ttft",
+            str(TTFT),
+            "--fixed-itl",
+            str(ITL),
+            "--fixed-tokens-per-chunk",
+            str(PER_CHUNK),
+            "--fixed-reasoning-tokens",
+            str(REASONING),
+            "--fixed-content-tokens",
+            str(CONTENT),
+        ]
+    )
 
     async def run() -> list[tuple[float, list[float], list[dict]]]:
         limits = httpx.Limits(max_connections=100)
@@ -57,7 +70,7 @@ def test_fixed_timing_exact_under_64_streams(sim_factory: Callable[..., SimHandl
     results = asyncio.run(run())
     total = REASONING + CONTENT
     expected_chunks = -(-total // PER_CHUNK)
-    for start, times, chunks in results:
+    for _start, _times, chunks in results:
         assert len(chunks) == expected_chunks
         sizes = []
         seen_content = False
@@ -67,7 +80,9 @@ def test_fixed_timing_exact_under_64_streams(sim_factory: Callable[..., SimHandl
             assert not (r and seen_content)
             seen_content = seen_content or c > 0
             sizes.append(r + c)
-        assert sizes == [PER_CHUNK] * (expected_chunks - 1) + [total - PER_CHUNK * (expected_chunks - 1)]
+        assert sizes == [PER_CHUNK] * (expected_chunks - 1) + [
+            total - PER_CHUNK * (expected_chunks - 1)
+        ]
         reasoning = sum(len(c["choices"][0]["delta"].get("reasoning", "").split()) for c in chunks)
         assert reasoning == REASONING
         assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
@@ -88,9 +103,22 @@ def test_fixed_timing_exact_under_64_streams(sim_factory: Callable[..., SimHandl
 
 
 def test_fixed_timing_honours_max_tokens(sim_factory: Callable[..., SimHandle]) -> None:
-    sim = sim_factory(["--timing", "fixed", "--fixed-ttft", "0.01", "--fixed-itl", "0.005",
-                       "--fixed-tokens-per-chunk", "4", "--fixed-reasoning-tokens", "30",
-                       "--fixed-content-tokens", "5"])
+    sim = sim_factory(
+        [
+            "--timing",
+            "fixed",
+            "--fixed-ttft",
+            "0.01",
+            "--fixed-itl",
+            "0.005",
+            "--fixed-tokens-per-chunk",
+            "4",
+            "--fixed-reasoning-tokens",
+            "30",
+            "--fixed-content-tokens",
+            "5",
+        ]
+    )
 
     async def run() -> tuple[float, list[float], list[dict]]:
         async with httpx.AsyncClient(timeout=30) as client:

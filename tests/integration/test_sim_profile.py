@@ -17,7 +17,9 @@ pytestmark = pytest.mark.integration
 PROMPT = "Consider the following program and explain each step. " * 72
 
 
-def test_batch_1_traces_show_half_the_decode_time_in_allreduce(sim_factory: Callable[..., SimHandle]) -> None:
+def test_batch_1_traces_show_half_the_decode_time_in_allreduce(
+    sim_factory: Callable[..., SimHandle],
+) -> None:
     sim = sim_factory(["--time-scale", "20", "--profiler-max-steps", "40"])
     assert sim.profiler_dir is not None
     stop = threading.Event()
@@ -29,9 +31,11 @@ def test_batch_1_traces_show_half_the_decode_time_in_allreduce(sim_factory: Call
                     return
                 # ~1000 prompt tokens: the context a decode step sees midway through the
                 # reference prompts' reasoning (the share falls as the context grows).
-                client.post(sim.url + "/v1/chat/completions",
-                            json={"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 300},
-                            headers={"X-Specload-Category": category})
+                client.post(
+                    sim.url + "/v1/chat/completions",
+                    json={"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 300},
+                    headers={"X-Specload-Category": category},
+                )
 
     thread = threading.Thread(target=one_stream)
     thread.start()

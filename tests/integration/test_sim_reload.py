@@ -26,13 +26,19 @@ def refused(url: str) -> bool:
 
 
 def start_time(sim: SimHandle) -> float:
-    value = promtext.parse(httpx.get(sim.url + "/metrics").text)["process_start_time_seconds"].total()
+    value = promtext.parse(httpx.get(sim.url + "/metrics").text)[
+        "process_start_time_seconds"
+    ].total()
     assert value is not None
     return value
 
 
-def test_load_window_refuses_then_serves_and_logs_like_vllm(sim_factory: Callable[..., SimHandle]) -> None:
-    sim = sim_factory(["--variant", "ngram", "--load-time", "1.5", "--time-scale", "50"], wait=False)
+def test_load_window_refuses_then_serves_and_logs_like_vllm(
+    sim_factory: Callable[..., SimHandle],
+) -> None:
+    sim = sim_factory(
+        ["--variant", "ngram", "--load-time", "1.5", "--time-scale", "50"], wait=False
+    )
     time.sleep(0.6)
     assert refused(sim.url)
     assert sim.state()["state"] == "loading"
@@ -41,7 +47,9 @@ def test_load_window_refuses_then_serves_and_logs_like_vllm(sim_factory: Callabl
     assert httpx.get(sim.url + "/health").status_code == 200
     log = sim.log_path.read_text()
     assert re.search(r"speculative_config=SpeculativeConfig\(\{\"method\":\"ngram\"", log)
-    progress = re.findall(r"Loading safetensors checkpoint shards:\s+(\d+)% Completed \| (\d+)/62", log)
+    progress = re.findall(
+        r"Loading safetensors checkpoint shards:\s+(\d+)% Completed \| (\d+)/62", log
+    )
     assert len(progress) == 62 and progress[-1] == ("100", "62")
     assert "Application startup complete." in log
     assert log.index("Loading safetensors") < log.index("Application startup complete.")
@@ -49,8 +57,11 @@ def test_load_window_refuses_then_serves_and_logs_like_vllm(sim_factory: Callabl
 
 def test_reload_to_another_variant_resets_counters(sim_factory: Callable[..., SimHandle]) -> None:
     sim = sim_factory(["--time-scale", "50"])
-    httpx.post(sim.url + "/v1/chat/completions",
-               json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 5}, timeout=30)
+    httpx.post(
+        sim.url + "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 5},
+        timeout=30,
+    )
     before = start_time(sim)
     expo = promtext.parse(httpx.get(sim.url + "/metrics").text)
     assert expo["vllm:generation_tokens_total"].total() == 5

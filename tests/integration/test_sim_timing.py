@@ -1,4 +1,4 @@
-"""Real time: --time-scale keeps the cost model's step times (divided), degradation multiplies them."""
+"""Real time: --time-scale divides the cost model's step times; degradation multiplies them."""
 
 from __future__ import annotations
 
@@ -38,7 +38,10 @@ def request_tpot(sim: SimHandle) -> float:
 
 def predicted_tpot(cost: CostModel) -> float:
     prompt = prompt_tokens_of(PROMPT)
-    steps = [cost.step(decode_tokens=1, num_seqs=1, context_tokens=prompt + i).total_s for i in range(1, TOKENS)]
+    steps = [
+        cost.step(decode_tokens=1, num_seqs=1, context_tokens=prompt + i).total_s
+        for i in range(1, TOKENS)
+    ]
     return sum(steps) / len(steps)
 
 

@@ -143,6 +143,19 @@ def test_fault_marks_only_that_target(
     assert value(ex, "specload_spec_decode_acceptance_ratio", **good, window="lifetime") == 1.0
 
 
+def test_gzip_answers_are_inflated_within_the_cap(
+    fake_vllm: FakeVllm, fake_clock: FakeClock
+) -> None:
+    fake_vllm.set("z.test", Behaviour("gzip", page=vllm_page("ngram")))
+    # A small page that inflates past the cap: a zip bomb is a fault too.
+    fake_vllm.set("bomb.test", Behaviour("gzip", body=b"#" * (4 * 1024 * 1024)))
+    ex = make(fake_vllm, fake_clock, ["z", "bomb"], max_response_bytes=1024 * 1024)
+    ex.poller.once()
+    assert value(ex, "specload_target_up", variant="z", model="tiny-plain") == 1.0
+    bomb = {"variant": "bomb", "model": "unknown"}
+    assert value(ex, "specload_target_scrape_errors_total", **bomb, reason="too_large") == 1.0
+
+
 def test_refused_after_up_is_a_reload_and_back(fake_vllm: FakeVllm, fake_clock: FakeClock) -> None:
     page = vllm_page("ngram")
     fake_vllm.set("v.test", Behaviour(page=page))

@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from specload.errors import UsageError
+from specload.load.options import validate
 from specload.prompts import (
     CATEGORIES,
     DEFAULT_MAX_TOKENS,
@@ -103,3 +105,19 @@ def test_sampler_is_seeded_reproducible_and_covers_every_prompt() -> None:
     assert len(set(first[:100])) == 100  # one full pass before repeating
     other = PromptSampler(prompts, seed=3, stream=1)
     assert [next(other).id for _ in range(10)] != first[:10]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("max_tokens", 0, "--max-tokens"),
+        ("request_timeout", 0.0, "--request-timeout"),
+        ("temperature", -1.0, "--temperature"),
+        ("tokenizer", "/nonexistent/tok", "--tokenizer"),
+    ],
+)
+def test_bad_load_options_name_the_option(field: str, value: object, message: str) -> None:
+    opts = SimpleNamespace(max_tokens=None, request_timeout=600.0, temperature=None, tokenizer="")
+    setattr(opts, field, value)
+    with pytest.raises(UsageError, match=message):
+        validate(opts)

@@ -28,7 +28,9 @@ def baseline() -> dict[str, float]:
 
 
 @pytest.mark.parametrize("category", sorted(REFERENCE_TOK_S))
-def test_baseline_single_stream_matches_reference(baseline: dict[str, float], category: str) -> None:
+def test_baseline_single_stream_matches_reference(
+    baseline: dict[str, float], category: str
+) -> None:
     expected = REFERENCE_TOK_S[category]
     assert abs(baseline[category] / expected - 1) <= 0.10, (category, baseline[category], expected)
 

@@ -82,9 +82,10 @@ def test_start_restart_stop_keeps_the_url(fake_env: fx.VllmEnv, tmp_path: Path) 
     try:
         server.start()
         assert httpx.get(f"{server.url}/health").status_code == 200
-        url, pid = server.url, server.pid
-        assert pid is not None
+        url, pid, slot = server.url, server.pid, server._slot_fd
+        assert pid is not None and slot is not None
         server.restart()
+        assert server._slot_fd == slot  # a restart keeps its machine slot
         assert server.url == url and server.pid != pid
         assert not _group_alive(pid)
         assert httpx.get(f"{server.url}/health").status_code == 200

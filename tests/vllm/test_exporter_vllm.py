@@ -170,9 +170,12 @@ def test_real_restart_is_a_reload(vllm_plain: VllmServer) -> None:
             assert time.monotonic() < deadline, states
             time.sleep(0.1)
         downtime = time.monotonic() - t_stop
-        vllm_plain.wait_ready()
     finally:
         ex.stop()
+        # Leave the shared server up for the next tests, whatever happened here.
+        if not vllm_plain.is_running():
+            vllm_plain.spawn()
+        vllm_plain.wait_ready()
     assert states == ["ready", "loading", "ready"]
     assert v(ex, "specload_target_reloads_total", **m) == 1.0
     took = v(ex, "specload_target_last_reload_duration_seconds", **m)

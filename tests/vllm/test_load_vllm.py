@@ -9,7 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from specload.load.meter import StreamMeter
+from specload.load.records import RequestRecord
 from specload.promtext import parse
+from specload.sse import SSEDecoder
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -47,33 +50,33 @@ def test_client_tokens_equal_server_generation_tokens(request, run_locust, kind:
         assert sum(r["chunks"] for r in run.records) < client
 
 
-def test_channel_split_matches_the_text_sent(vllm_answering, run_locust, tmp_path: Path) -> None:
-    from tokenizers import Tokenizer  # noqa: PLC0415
-
+def test_channel_split_matches_the_tokens_sent(vllm_answering) -> None:
+    """Truth from the token ids the server streamed: reasoning ends at the first </think>."""
     server = vllm_answering
-    prompt = "Explain briefly why the sky looks blue."
-    prompts = tmp_path / "one.jsonl"
-    prompts.write_text(json.dumps({"prompt": prompt, "category": "explanation"}) + "\n")
-    run = run_locust(server.url, users=1, seconds=2, timeout_s=300,
-                     args=["--prompts", str(prompts), "--max-tokens", "200", "--temperature", "0",
-                           "--stop-timeout", "120"])
-    assert run.returncode == 0, run.stderr[-2000:]
-    record = run.records[0]
-    # The same greedy answer, not streamed: the server's own text per channel.
-    body = httpx.post(f"{server.url}/v1/chat/completions", timeout=120, json={
-        "model": server.model, "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": 200, "temperature": 0,
-    }).json()
-    message = body["choices"][0]["message"]
-    reasoning_text = message.get("reasoning") or message.get("reasoning_content") or ""
-    content_text = message.get("content") or ""
-    assert reasoning_text and content_text, message  # the answering model closes </think>
-    tok = Tokenizer.from_file(str(Path(server.model_path) / "tokenizer.json"))
-
-    def count(text: str) -> int:
-        return len(tok.encode(text, add_special_tokens=False).ids)
-
-    assert record["tokens_output"] == body["usage"]["completion_tokens"]
-    # </think> (and an end-of-turn token) sit in neither text: allow those two.
-    assert abs(record["tokens_reasoning"] - count(reasoning_text)) <= 2, record
-    assert abs(record["tokens_content"] - count(content_text)) <= 2, record
+    body = {
+        "model": server.model, "max_tokens": 200, "temperature": 1.0, "seed": 11, "stream": True,
+        "messages": [{"role": "user", "content": "Explain briefly why the sky looks blue."}],
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "return_token_ids": True,
+    }
+    meter = StreamMeter(time.perf_counter())
+    decoder = SSEDecoder()
+    token_ids: list[int] = []
+    with httpx.stream("POST", f"{server.url}/v1/chat/completions", json=body, timeout=120) as resp:
+        assert resp.status_code == 200
+        for raw in resp.iter_raw():
+            for payload in decoder.feed(raw):
+                meter.feed(payload, time.perf_counter())
+                if payload != b"[DONE]":
+                    for choice in json.loads(payload).get("choices") or []:
+                        token_ids += choice.get("token_ids") or []
+    record = RequestRecord("explanation", "s", "v", server.model, 0.0, 0.0)
+    meter.finish(record, time.perf_counter())
+    assert record.token_count_source == "exact"
+    assert record.tokens_output == len(token_ids) == meter.final_usage["completion_tokens"]
+    manifest = json.loads((Path(server.model_path).parent / "manifest.json").read_text())
+    think_close = manifest["variants"]["answering"]["token_ids"]["</think>"]
+    assert think_close in token_ids  # the answering model closes its reasoning
+    reasoning = token_ids.index(think_close) + 1  # </think> itself ends the reasoning
+    assert (record.tokens_reasoning, record.tokens_content) == (
+        reasoning, len(token_ids) - reasoning), record

@@ -19,11 +19,15 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
 def _load(url: str, model: str, stop: threading.Event, concurrency: int = 3) -> None:
     def one() -> None:
-        with httpx.Client(timeout=60.0) as client:
+        with httpx.Client(timeout=600.0) as client:
             while not stop.is_set():
-                client.post(f"{url}/v1/chat/completions", json={
-                    "model": model, "max_tokens": 48,
-                    "messages": [{"role": "user", "content": "Count to ten."}]})
+                try:
+                    client.post(f"{url}/v1/chat/completions", json={
+                        "model": model, "max_tokens": 48,
+                        "messages": [{"role": "user", "content": "Count to ten."}]})
+                except httpx.HTTPError:
+                    # The server stalls while it writes the trace: not this test's subject.
+                    stop.wait(0.5)
 
     threads = [threading.Thread(target=one, daemon=True) for _ in range(concurrency)]
     for t in threads:
@@ -42,11 +46,11 @@ def test_real_cpu_trace_has_decode_steps(vllm_profiled) -> None:  # type: ignore
     try:
         # vLLM writes the trace (and a summary table) inside /stop_profile: minutes for
         # a long capture on CPU, so capture briefly.
-        result = capture(parse_server_url(server.url), trace_dir, 1.5, stop_timeout_s=400.0,
+        result = capture(parse_server_url(server.url), trace_dir, 0.8, stop_timeout_s=400.0,
                          settle_s=60.0)
     finally:
         stop.set()
-        loader.join(90.0)
+        loader.join(120.0)
     keep = os.environ.get("SPECLOAD_KEEP_TRACES")
     if keep:  # for looking at a real trace by hand
         Path(keep).mkdir(parents=True, exist_ok=True)
@@ -70,4 +74,5 @@ def test_real_cpu_trace_has_decode_steps(vllm_profiled) -> None:  # type: ignore
     )
     assert rank0.decode.steps == annotated
     # TP=1 on CPU: no all-reduce at all.
+    assert rank0.mode == "cpu_op"
     assert j["decode_allreduce_ratio"] == 0.0

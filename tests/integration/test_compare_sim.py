@@ -1,0 +1,57 @@
+"""compare on real simulator runs: ngram slower with an interval excluding zero; two runs of
+the same variant, no significant difference.
+
+The three sweeps run at the same time, so a busy machine affects them alike; the two runs of
+the same variant share one server (two simulator processes on a loaded machine get different
+CPU shares, and a simulated step that waits for the CPU is a slower step — a real difference
+between servers, which is not what this test is about)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specload.cli import main
+from specload.compare.model import ALL, SAME, SLOWER, compare_runs, load_run
+
+pytestmark = pytest.mark.integration
+
+SIM = ["--time-scale", "5"]
+RUN = ["--concurrency", "2", "--warmup", "1", "--duration", "6", "--max-tokens", "32",
+       "--prompts", "builtin:math",
+       "--metrics-address", "off", "--progress", "off", "--no-plots"]
+
+
+def test_compare_ngram_slower_and_same_variant_same(sweep_sim, specload_popen, tmp_path):
+    baseline = sweep_sim(["--variant", "baseline", *SIM])
+    sims = {
+        "baseline": baseline,
+        "baseline-again": baseline,
+        "ngram": sweep_sim(["--variant", "ngram", *SIM]),
+    }
+    # different prompt orders, so the two clients of one server do not run in lockstep
+    procs = {
+        name: specload_popen(["run", "--host", sim.url, "--variant", name, "--prompt-seed",
+                              str(seed), "--out", str(tmp_path / name), *RUN])
+        for seed, (name, sim) in enumerate(sims.items())
+    }
+    for name, proc in procs.items():
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, (name, err)
+
+    same = compare_runs([load_run(tmp_path / "baseline"), load_run(tmp_path / "baseline-again")])
+    cell = same.levels[0].cells[(ALL, "tpot")]
+    assert cell.verdicts[1] == SAME, cell.diffs[1]
+
+    comp = compare_runs([load_run(tmp_path / "baseline"), load_run(tmp_path / "ngram")])
+    cell = comp.levels[0].cells[(ALL, "tpot")]
+    diff = cell.diffs[1]
+    assert cell.verdicts[1] == SLOWER
+    assert diff.ci_low > 0  # the interval excludes zero
+    assert 0 < comp.levels[0].acceptance[1] < 1 and comp.levels[0].acceptance[0] is None
+
+    # the command line: regression beyond 1% fails CI, the same variant passes
+    out = str(tmp_path / "cmp")
+    assert main(["compare", str(tmp_path / "baseline"), str(tmp_path / "ngram"), "--out", out,
+                 "--no-plots", "--fail-on-regression", "1"]) == 1
+    assert main(["compare", str(tmp_path / "baseline"), str(tmp_path / "baseline-again"),
+                 "--out", out, "--no-plots", "--fail-on-regression", "1"]) == 0

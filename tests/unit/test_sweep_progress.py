@@ -1,0 +1,55 @@
+"""The live display's numbers (no terminal needed)."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from specload.sweep.driver import SweepDriver
+from specload.sweep.plan import build_plan
+from specload.sweep.progress import Progress, describe, snapshot
+
+pytestmark = pytest.mark.unit
+
+
+class Idle:
+    def set_step(self, step): pass
+    def start(self, level): pass
+    def pause(self): pass
+    def stop(self): pass
+    def hold(self): pass
+    def in_flight(self): return 0
+
+
+def test_snapshot_and_plain_line():
+    now = [100.0]
+    plan = build_plan(concurrency="2,8", request_rate=None, max_concurrency=None, warmup="0",
+                      duration="10", requests=None)
+    driver = SweepDriver(plan, Idle(), clock=lambda: now[0], wall=lambda: now[0],
+                         sleep=lambda s: None, on_summary=lambda s: None)
+    assert describe(snapshot(driver)) == "starting"
+    driver._begin_level(driver.states[0])
+    for tpot in (0.010, 0.012, 0.014):
+        driver.on_record({"step": "c2", "ok": True, "tpot_s": tpot, "tokens_output": 100})
+    driver.on_record({"step": "c2", "ok": False, "error_kind": "http_500"})
+    now[0] = 104.0
+    snap = snapshot(driver)
+    assert snap["level"] == "c2" and snap["index"] == 1 and snap["levels"] == 2
+    assert snap["phase"] == "measure" and snap["elapsed_s"] == pytest.approx(4.0)
+    assert snap["completed"] == 3 and snap["failed"] == 1
+    assert snap["median_tpot_ms"] == pytest.approx(12.0, rel=0.005)
+    assert snap["output_tok_s"] == pytest.approx(75.0)
+    line = describe(snap)
+    assert line.startswith("level 1/2 c2 measure 4.0s/10s | requests 3 ok 1 failed")
+    assert "errors http_500 1" in line
+    out = io.StringIO()
+    progress = Progress("plain", stream=out)
+    progress.tick(driver)
+    progress.tick(driver)  # same phase, too soon: one line only
+    assert out.getvalue().count("\n") == 1
+    rich_out = io.StringIO()
+    live = Progress("rich", stream=rich_out)
+    live.tick(driver)
+    live.close()
+    assert "c2" in rich_out.getvalue() and "75.0" in rich_out.getvalue()
