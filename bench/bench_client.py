@@ -34,6 +34,7 @@ from locust.env import Environment  # noqa: E402
 
 from specload.histogram import Histogram  # noqa: E402
 from specload.load import RequestRecord, get_session, set_step, subscribe  # noqa: E402
+from specload.load.http import get_reactor  # noqa: E402
 from specload.load.user import ChatUser  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -101,9 +102,12 @@ def run_level(args: argparse.Namespace, streams: int) -> dict[str, float]:
         runner.start(streams, spawn_rate=streams)
         gevent.sleep(args.warmup)
         set_step(env, "measure")
+        reactor = get_reactor()
+        w1, r1 = reactor.wakeups, reactor.reads
         t1, c1 = time.time(), cpu_s()
         gevent.sleep(args.duration)
         t2, c2 = time.time(), cpu_s()
+        w2, r2 = reactor.wakeups, reactor.reads
         set_step(env, "after")
         # let requests started in the window finish, to measure their latencies
         gevent.sleep(args.ttft + args.tokens / args.tokens_per_chunk * args.itl + 1.0)
@@ -139,6 +143,7 @@ def run_level(args: argparse.Namespace, streams: int) -> dict[str, float]:
         "cpu_share": (c2 - c1) / (t2 - t1),
         "coalesced": coalesced / chunk_gaps if chunk_gaps else 0.0,
         "failed": sum(1 for r in window if not r.ok),
+        "reads_per_wakeup": (r2 - r1) / max(1, w2 - w1),
     }
 
 
@@ -167,7 +172,8 @@ def main() -> None:
             f"TTFT {row['median_ttft_ms']:.2f} ms ({row['ttft_err']:+.1%}); "
             f"TPOT {row['median_tpot_ms']:.3f} ms ({row['tpot_err']:+.2%}); "
             f"{row['tok_per_cpu_s']:8.0f} tok/CPU-s (CPU {row['cpu_share']:.0%}); "
-            f"coalesced gaps {row['coalesced']:.1%}; failed {row['failed']}",
+            f"coalesced gaps {row['coalesced']:.1%}; reads/wake-up "
+            f"{row['reads_per_wakeup']:.1f}; failed {row['failed']}",
             flush=True,
         )
     if args.out:

@@ -89,7 +89,11 @@ async def drive(port: int, streams: int, seconds: float, max_tokens: int) -> dic
             lambda i=i: StreamClient(stats, body, i), "127.0.0.1", port
         )
         conns.append(transport)
-    await asyncio.sleep(2.0)  # warm-up: all streams admitted and decoding
+    # Warm-up: every stream admitted and decoding (a few chunks each), then 1 s more.
+    deadline = time.monotonic() + 30
+    while stats["chunks"] < 4 * streams and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(1.0)
     start_chunks, start = stats["chunks"], time.monotonic()
     await asyncio.sleep(seconds)
     elapsed = time.monotonic() - start
@@ -162,13 +166,16 @@ def main() -> int:
     load = os.getloadavg()[0]
     lines = [
         f"- streams: {args.streams}, variant {args.variant}, --time-scale {args.time_scale}, "
-        f"max_tokens {args.max_tokens}, {args.seconds:.0f} s measured after 2 s warm-up",
+        f"max_tokens {args.max_tokens}, {args.seconds:.0f} s measured after warm-up",
         f"- simulator pinned to core {args.sim_core} (taskset: {'yes' if taskset else 'no'}), "
         f"client on core {args.client_core}; 1-min load average at the end: {load:.1f}",
         f"- **chunks/s received: {result['chunks_per_s']:,.0f}**",
         f"- scheduling lag p50 {1000 * state['scheduling_lag_p50_s']:.2f} ms, "
         f"**p99 {1000 * state['scheduling_lag_p99_s']:.2f} ms** "
         f"({state['scheduling_lag_samples']} step wake-ups)",
+        f"- server side: {state['requests_served']} requests admitted, "
+        f"{state['tokens_sent']:,} tokens sent "
+        f"in {state['scheduling_lag_samples']} steps",
         f"- simulator CPU: {100 * cpu:.0f}% of one core, i.e. "
         f"**{result['chunks_per_s'] / max(cpu, 1e-9):,.0f} chunks per CPU-second** "
         f"(the rate a dedicated core sustains); requests completed {result['requests']}, "

@@ -62,7 +62,7 @@ class Lifecycle:
             ):
                 start = min(start, process_start_s)
             self._finish(now_s - start)
-        elif self.state == "ready" and (changed or restarted):
+        elif self.state in ("ready", "down") and (changed or restarted):
             # Restarted between two polls: from the new process's start (if known) to now.
             if changed and process_start_s is not None and process_start_s <= now_s:
                 self._finish(now_s - process_start_s)

@@ -803,7 +803,7 @@ def _variable(
         "label": label,
         "type": "query",
         "datasource": DS,
-        "query": {"query": query, "refId": f"{name}-values", "qryType": 1},
+        "query": query,  # the classic form; every Grafana since 7 reads it
         "definition": query,
         "refresh": 2,
         "sort": 1,

@@ -141,10 +141,15 @@ def main(argv: list[str] | None = None) -> int:
         with httpx.Client(timeout=120) as client:
             for kind in args.only or list(CAPTURES):
                 CAPTURES[kind](client, pool, out)
-            timings = {s.kind: round(s.ready_after_s, 1) for s in pool.servers.values()}
+                server = pool.server(kind)
+                print(
+                    f"{kind}: ready after {server.ready_after_s:.1f} s, "
+                    f"RSS {server.rss_bytes() / 2**30:.2f} GiB (with children)",
+                    file=sys.stderr,
+                )
     finally:
         pool.stop_all()
-    print(f"captured into {out}; ready after (s): {timings}", file=sys.stderr)
+    print(f"captured into {out}", file=sys.stderr)
     return 0
 
 

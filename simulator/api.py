@@ -575,7 +575,6 @@ class SimApi:
             fault=fault,
             fault_at=1 + int(self.rng.random() * max(1, target - 1)),
         )
-        loop = asyncio.get_running_loop()
         seq = Sequence(
             next(self.seq_ids),
             category=category,
@@ -583,7 +582,7 @@ class SimApi:
             reasoning_tokens=reasoning,
             content_tokens=content,
             max_tokens=max_tokens,
-            arrival=loop.time(),
+            arrival=time.monotonic(),
             emit=stream.emit,
         )
         stream.seq = seq

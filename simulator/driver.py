@@ -1,5 +1,8 @@
 """Drivers that turn the engine's steps into wall-clock time.
 
+All times are ``time.monotonic()`` (uvloop's ``loop.time()`` is cached to the
+millisecond); timers are set with ``call_later`` from the monotonic clock.
+
 * :class:`SteppingDriver` runs :class:`~simulator.engine.EngineCore`'s step loop:
   each step sleeps its cost-model duration / ``time_scale`` (x the degradation
   factor) against absolute deadlines, so timer lateness never accumulates.
@@ -12,12 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from time import monotonic
 
 from simulator.engine import EngineCore, Sequence, StepPlan, record_finished
 from simulator.metrics import EngineMetrics
+
+log = logging.getLogger("simulator")
 
 # Keep the step cadence when a wake-up is at most this late; beyond, restart from now.
 _MAX_CATCH_UP_S = 0.05
@@ -25,7 +32,7 @@ _MAX_CATCH_UP_S = 0.05
 
 @dataclass
 class Degradation:
-    """Step time x ``factor`` once ``active_from`` (loop time) has passed."""
+    """Step time x ``factor`` once ``active_from`` (monotonic clock) has passed."""
 
     factor: float = 1.0
     active_from: float = float("inf")
@@ -88,14 +95,14 @@ class SteppingDriver:
             wake.set_result(None)
 
     def abort(self, seq: Sequence) -> None:
-        self.core.abort(seq, asyncio.get_running_loop().time())
+        self.core.abort(seq, monotonic())
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         core = self.core
         deadline: float | None = None
         while True:
-            now = loop.time()
+            now = monotonic()
             plan = core.plan(now)
             if plan is None:
                 self._wake = loop.create_future()
@@ -107,14 +114,17 @@ class SteppingDriver:
             duration = plan.duration_s * factor / self.time_scale
             start = now if deadline is None or now - deadline > _MAX_CATCH_UP_S else deadline
             deadline = start + duration
-            delay = deadline - loop.time()
+            delay = deadline - monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            woke = loop.time()
+            woke = monotonic()
             self.lag.add(max(0.0, woke - deadline))
-            core.complete(plan, woke)
-            if self.on_step is not None:
-                self.on_step(plan, start, plan.duration_s * factor)
+            try:
+                core.complete(plan, woke)
+                if self.on_step is not None:
+                    self.on_step(plan, start, plan.duration_s * factor)
+            except Exception:  # a bug in one step must not stop the engine
+                log.exception("engine step failed")
 
 
 class FixedDriver:
@@ -159,7 +169,10 @@ class FixedDriver:
         seq.scheduled = seq.arrival
         due = seq.arrival + self.ttft_s
         self.kv_tokens += seq.prompt_tokens
-        self.active[seq.rid] = (seq, loop.call_at(due, self._tick, seq, due))
+        self.active[seq.rid] = (
+            seq,
+            loop.call_later(max(0.0, due - monotonic()), self._tick, seq, due),
+        )
         self._gauges()
 
     def abort(self, seq: Sequence) -> None:
@@ -176,7 +189,7 @@ class FixedDriver:
         if seq.aborted:
             return
         loop = asyncio.get_running_loop()
-        now = loop.time()
+        now = monotonic()
         self.lag.add(max(0.0, now - due))
         m = self.metrics
         n = min(self.tokens_per_chunk, seq.target - seq.generated)
@@ -201,5 +214,6 @@ class FixedDriver:
             seq.emit(seq, r, c, seq.finish_reason, now)
             return
         next_due = due + self.itl_s * self.degradation.current(now)
-        self.active[seq.rid] = (seq, loop.call_at(next_due, self._tick, seq, next_due))
+        delay = max(0.0, next_due - monotonic())
+        self.active[seq.rid] = (seq, loop.call_later(delay, self._tick, seq, next_due))
         seq.emit(seq, r, c, None, now)

@@ -275,3 +275,5 @@ def record_finished(m: EngineMetrics, seq: Sequence, now: float) -> None:
     m.h_max_generation_tokens.observe(seq.max_tokens)
     m.h_params_n.observe(1)
     m.h_params_max_tokens.observe(seq.max_tokens)
+    m.h_num_preemptions.observe(0)
+    m.h_prefill_kv_computed.observe(seq.prompt_tokens)

@@ -200,6 +200,7 @@ class HttpConnection(asyncio.Protocol):
         """Drop the connection with a TCP RST (a crash mid-stream, as the client sees it)."""
         if self.closed or self.transport is None:
             return
+        self.closed = True  # nothing more is written; connection_lost still runs on_close
         sock = self.transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):

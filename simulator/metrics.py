@@ -229,7 +229,6 @@ class EngineMetrics:
         self.prompt_tokens.value += n
         self.prompt_tokens_by_source["local_compute"].value += n
         self.prefix_cache_queries.value += n
-        self.h_prefill_kv_computed.observe(n)
 
     def render(self) -> bytes:
         w = _Writer()

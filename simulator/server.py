@@ -148,7 +148,9 @@ class SimServer:
             await self._boot(load_time_s)
         except OSError as exc:
             self.state = "failed"
-            log.error("Could not listen on %s:%d after reload: %s", self.config.host, self.port, exc)
+            log.error(
+                "Could not listen on %s:%d after reload: %s", self.config.host, self.port, exc
+            )
 
     async def _shutdown_engine(self) -> None:
         if self.api_server is not None:
@@ -259,11 +261,10 @@ class SimServer:
             ),
         )
         self.metrics = metrics
-        loop = asyncio.get_running_loop()
         self.degradation = Degradation()
         if config.degrade_after_s is not None:
             self.degradation = Degradation(
-                config.degrade_factor, loop.time() + config.degrade_after_s
+                config.degrade_factor, time.monotonic() + config.degrade_after_s
             )
         self.lag = LagStats()
         self.profiler = None
@@ -348,7 +349,7 @@ class SimServer:
             "scheduling_lag_samples": len(self.lag.samples),
             "degrade": {
                 "factor": self.degradation.factor,
-                "active": self.degradation.current(asyncio.get_running_loop().time()) != 1.0,
+                "active": self.degradation.current(time.monotonic()) != 1.0,
             },
         }
 
@@ -396,7 +397,7 @@ class SimServer:
             ):
                 conn.respond(400, b'{"error":"factor must be > 0 and after >= 0 (seconds)"}')
                 return
-            now = asyncio.get_running_loop().time()
+            now = time.monotonic()
             self.degradation.factor = float(factor)
             self.degradation.active_from = now + float(after)
             conn.respond(200, orjson.dumps({"factor": factor, "after": after}))

@@ -70,19 +70,14 @@ class Variant:
         ]
 
     def speculative_config(self) -> str:
-        """The ``speculative_config=`` text of vLLM's engine config line."""
+        """The ``speculative_config=`` text of vLLM 0.32's engine config line."""
         if not self.speculative:
             return "None"
-        config: dict[str, object] = {
-            "method": self.method,
-            "num_speculative_tokens": self.num_speculative_tokens,
-        }
-        if self.method == "ngram":
-            config["prompt_lookup_max"] = self.prompt_lookup_max
-            config["prompt_lookup_min"] = self.prompt_lookup_min
-        else:
-            config["model"] = self.draft_model
-        return "SpeculativeConfig(" + orjson.dumps(config).decode() + ")"
+        model = f"'{self.draft_model}'" if self.draft_model else "None"
+        return (
+            f"SpeculativeConfig(method='{self.method}', model={model}, "
+            f"num_spec_tokens={self.num_speculative_tokens})"
+        )
 
     def cli_json(self) -> str:
         """The ``--speculative-config`` JSON that would start this variant on real vLLM."""

@@ -36,6 +36,13 @@ every request *started* from then on with ``name``; the master sends
 A request belongs to the step in force on its process when it started, so
 every sample has exactly one step. The initial step is ``--step`` (``run``).
 
+In flight. ``get_session(env).in_flight()`` counts requests started and not
+yet published (on the master: as its workers last reported, every 0.25 s);
+requests that Locust kills when it stops users are not counted.
+``get_session(env).lost_requests()`` counts those started on workers that
+went missing. ``get_session(env).aggregator`` holds the :class:`Stats` per
+``(step, category)`` of everything published.
+
 Open loop / pacing is not built in: users are closed-loop (``wait_time =
 constant(0)``); subclass :class:`ChatUser` to change ``wait_time``.
 """

@@ -282,6 +282,8 @@ class Reactor:
         self._handlers: dict[int, _Stream] = {}
         self._hub = gevent.get_hub()
         self._watcher = self._hub.loop.io(self._ep.fileno(), 1)
+        self.wakeups = 0  # poll rounds that found ready sockets
+        self.reads = 0  # socket reads
         self._greenlet = gevent.spawn(self._run)
 
     def wait(self, raw: Any, parser: ResponseParser, timeout_s: float | None) -> None:
@@ -318,6 +320,8 @@ class Reactor:
                 hub_wait(watcher)
                 last_yield = _perf()
                 continue
+            self.wakeups += 1
+            self.reads += len(events)
             for fd, _mask in events:
                 stream = handlers.get(fd)
                 if stream is None:

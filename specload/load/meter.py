@@ -61,6 +61,7 @@ class StreamMeter:
         "first_t",
         "has_content_text",
         "last_channel",
+        "last_event_t",
         "t0",
         "tokens_content_exact",
         "tokens_reasoning_exact",
@@ -73,6 +74,7 @@ class StreamMeter:
         self.want_text = want_text
         self.done = False
         self.first_t: float | None = None
+        self.last_event_t: float | None = None
         self.first_content_t: float | None = None
         self._last_t = 0.0
         self._gaps: list[float] = []
@@ -96,6 +98,7 @@ class StreamMeter:
 
     # -- the hot path -----------------------------------------------------
     def feed(self, payload: bytes, now: float) -> None:
+        self.last_event_t = now
         if payload == b"[DONE]":
             self.done = True
             return
@@ -186,9 +189,14 @@ class StreamMeter:
         end: float,
         tokenizer: TokenCounter | None = None,
     ) -> None:
-        """Fill ``record``'s timings, tokens and ITL histograms (``end``: perf_counter)."""
+        """Fill ``record``'s timings, tokens and ITL histograms.
+
+        E2E ends when the stream's last event was read (normally ``[DONE]``), as
+        vLLM's benchmark does; ``end`` (perf_counter) when no event came at all.
+        """
         t0 = self.t0
-        record.e2e_s = end - t0
+        last = self.last_event_t if self.done and self.last_event_t is not None else end
+        record.e2e_s = last - t0
         if self.first_t is not None:
             record.ttft_s = self.first_t - t0
         if self.first_content_t is not None:

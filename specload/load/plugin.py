@@ -19,8 +19,10 @@ def _add_options(parser: Any, **kw: Any) -> None:
     add_options(parser)
 
 
-def _on_init(environment: Any, **kw: Any) -> None:
-    get_session(environment).attach(environment.runner)
+def _on_init(environment: Any, web_ui: Any = None, **kw: Any) -> None:
+    session = get_session(environment)
+    session.attach(environment.runner)
+    session.attach_web_ui(web_ui)
 
 
 events.init_command_line_parser.add_listener(_add_options)  # type: ignore[no-untyped-call]

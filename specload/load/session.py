@@ -19,6 +19,7 @@ Runner messages (registered in ``events.init``):
 from __future__ import annotations
 
 import csv
+import html
 import logging
 import time
 from collections.abc import Callable
@@ -99,6 +100,19 @@ class LoadSession:
         if self.role == "master" and runner is not None:
             runner.send_message(MSG_STEP, {"name": name, "seq": self.step_seq})
 
+    def in_flight(self) -> int:
+        """Requests started and not yet published here (master: as workers last reported;
+        workers that went missing are not counted — see :meth:`lost_requests`)."""
+        if self.role != "master":
+            return max(0, self.started - self.published)
+        runner = self.environment.runner
+        total = 0
+        for node_id, count in self._workers.items():
+            client = runner.clients.get(node_id) if runner is not None else None
+            if client is not None and client.state != "missing":
+                total += max(0, count.started - count.received)
+        return total
+
     def lost_requests(self) -> int:
         """Requests started on workers now missing or gone that never reported back."""
         runner = self.environment.runner
@@ -159,6 +173,14 @@ class LoadSession:
                     ) from None
             self._start_metrics()
             self.environment.events.quitting.add_listener(self._on_quitting)
+
+    def attach_web_ui(self, web_ui: Any) -> None:
+        """Add ``/specload`` (per-category TTFT, TPOT, tok/s) to Locust's web UI."""
+        if web_ui is None or self.role == "worker":
+            return
+        web_ui.app.add_url_rule(
+            "/specload", "specload_stats", lambda: stats_html(self.aggregator)
+        )
 
     def _start_metrics(self) -> None:
         text = getattr(self.options, "metrics_address", "off") if self.options else "off"
@@ -244,13 +266,17 @@ class LoadSession:
         self.started += 1
         return self.step
 
+    def request_abandoned(self) -> None:
+        """A request killed mid-way (Locust stopped its user): it will never be published."""
+        self.started -= 1
+
     def complete(self, record: RequestRecord) -> None:
         """A user finished a request: Locust stats here, publish locally or queue for master."""
-        fire_locust_events(self.environment, record)
         if self.role == "worker":
             self._pending.append(record.to_dict(include_histograms=True))
         else:
             self._publish(record)
+        fire_locust_events(self.environment, record)
 
     # -- publishing (local and master) --------------------------------------
     def _publish(self, record: RequestRecord) -> None:
@@ -426,6 +452,27 @@ def write_csv(path: Path, aggregator: Aggregator) -> None:
         writer.writeheader()
         writer.writerows(rows)
     tmp.replace(path)
+
+
+def stats_html(aggregator: Aggregator) -> str:
+    """The per-step, per-category table as an HTML page (Locust web UI: ``/specload``)."""
+    rows = []
+    for step in aggregator.steps:
+        for category in aggregator.categories:
+            if (step, category) in aggregator.stats:
+                rows.append(stats_row(step, category, aggregator.stats[(step, category)]))
+        rows.append(stats_row(step, "all", aggregator.total(step=step)))
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in CSV_COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(str(r[c]))}</td>" for c in CSV_COLUMNS) + "</tr>"
+        for r in rows
+    )
+    return (
+        "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=5>"
+        "<title>specload</title><style>td,th{padding:2px 8px;text-align:right}</style>"
+        f"<h1>specload: TTFT, TPOT and output tok/s per category</h1>"
+        f"<table><tr>{head}</tr>{body}</table>"
+    )
 
 
 def get_session(environment: Any) -> LoadSession:

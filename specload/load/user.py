@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import gevent
+from gevent import GreenletExit
 from locust import User, constant, task
 
 from specload.load import plugin as _plugin  # registers specload's options and messages
@@ -39,7 +40,11 @@ class ChatUser(User):
                 session.complete(session.failed_record(prompt, step, exc))
                 gevent.sleep(REFUSED_BACKOFF_S * 2)
                 return
-        record = self._requester.send(prompt, step)
+        try:
+            record = self._requester.send(prompt, step)
+        except GreenletExit:
+            session.request_abandoned()  # Locust stopped this user mid-request
+            raise
         session.complete(record)
         if record.error_kind == "refused":
             # A target that is down (a reload): do not spin.

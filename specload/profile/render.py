@@ -77,6 +77,12 @@ def render_text(report: ProfileReport) -> str:
         )
     lines.append("")
     lines.append("note: " + SPIN_WAIT_NOTE)
+    outside = sum(r.allreduce_outside_steps for r in report.ranks)
+    if outside:
+        lines.append(
+            f"note: {outside} all-reduce kernel(s) or op(s) lie outside every step range "
+            "(warm-up, or steps cut by the capture window) and are not counted."
+        )
     straggler = report.straggler()
     if straggler is not None:
         rank, low, median = straggler

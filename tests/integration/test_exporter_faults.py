@@ -142,7 +142,7 @@ def test_faults_are_contained(fault_servers: dict[str, str], tmp_path: Path) -> 
         "port": port,
         "interval": "0.5s",
         "targets": [
-            {"variant": name, "url": url, "timeout": "1s"} for name, url in fault_servers.items()
+            {"variant": name, "url": url, "timeout": "2s"} for name, url in fault_servers.items()
         ],
     }
     cfg_path = tmp_path / "exporter.yaml"

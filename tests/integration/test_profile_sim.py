@@ -54,15 +54,14 @@ def _batch_1_then_32(url: str) -> Callable[[], None]:
 
 
 @pytest.mark.parametrize("family", sorted(ALLREDUCE_KERNEL_EXAMPLES))
-def test_recovers_simulator_truth(family: str, load_sim: Callable[..., Any],
-                                  tmp_path: Path) -> None:
-    trace_dir = tmp_path / "traces"
+def test_recovers_simulator_truth(family: str, sim_factory: Callable[..., Any]) -> None:
     tp = 8 if family == "nccl" else 2
     # TP 2 steps are slower (each GPU reads 4x the weights): a faster time scale.
     timing = ["--time-scale", "10"] if tp == 8 else [
         "--time-scale", "20", "--cost", "allreduce_hop_latency_s=30e-6"]
-    sim = load_sim(["--profiler-dir", str(trace_dir), "--allreduce-kernel", family,
-                    "--tp", str(tp), *timing, "--profiler-max-steps", "100"])
+    sim = sim_factory(["--allreduce-kernel", family, "--tp", str(tp), *timing,
+                       "--profiler-max-steps", "100"])
+    trace_dir: Path = sim.profiler_dir
     result = capture(parse_server_url(sim.url), trace_dir, 0.0,
                      during=_batch_1_then_32(sim.url), settle_s=10.0)
     got = result.report.to_json()

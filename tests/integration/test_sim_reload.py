@@ -7,6 +7,7 @@ import re
 import signal
 import time
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -25,6 +26,18 @@ def refused(url: str) -> bool:
     return False
 
 
+def wait_control(sim: SimHandle) -> dict[str, Any]:
+    """The first answer of the control port (it is up before the API port opens)."""
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            return sim.state()
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 def start_time(sim: SimHandle) -> float:
     value = promtext.parse(httpx.get(sim.url + "/metrics").text)[
         "process_start_time_seconds"
@@ -36,17 +49,18 @@ def start_time(sim: SimHandle) -> float:
 def test_load_window_refuses_then_serves_and_logs_like_vllm(
     sim_factory: Callable[..., SimHandle],
 ) -> None:
-    sim = sim_factory(
-        ["--variant", "ngram", "--load-time", "1.5", "--time-scale", "50"], wait=False
-    )
-    time.sleep(0.6)
+    sim = sim_factory(["--variant", "ngram", "--load-time", "2", "--time-scale", "50"], wait=False)
+    state = wait_control(sim)
+    assert state["state"] == "loading"
     assert refused(sim.url)
-    assert sim.state()["state"] == "loading"
+    time.sleep(0.5)
     assert 0 < sim.state()["loading_progress"] < 1
+    assert refused(sim.url)
     sim.wait_ready()
     assert httpx.get(sim.url + "/health").status_code == 200
     log = sim.log_path.read_text()
-    assert re.search(r"speculative_config=SpeculativeConfig\(\{\"method\":\"ngram\"", log)
+    spec = "speculative_config=SpeculativeConfig(method='ngram', model=None, num_spec_tokens=5)"
+    assert spec in log
     progress = re.findall(
         r"Loading safetensors checkpoint shards:\s+(\d+)% Completed \| (\d+)/62", log
     )

@@ -214,7 +214,7 @@ def test_variable_queries_are_label_values_of_parsable_selectors(tmp_path: Path)
                 continue
             m = re.fullmatch(r"label_values\((?:(.+), )?(\w+)\)", var["definition"])
             assert m, (uid, var["definition"])
-            assert var["query"]["query"] == var["definition"]
+            assert var["query"] == var["definition"]
             if m.group(1):
                 exprs.append((f"{uid}: ${var['name']}", substitute(m.group(1), TEST_VARIABLES)))
     _check_parses(exprs, tmp_path)

@@ -31,7 +31,7 @@ L = '{engine="0",model_name="tiny-plain"'
 
 
 def make(
-    fake: FakeVllm, clock: FakeClock, variants: list[str], *, timeout_s: float = 0.5, **kw: object
+    fake: FakeVllm, clock: FakeClock, variants: list[str], *, timeout_s: float = 1.0, **kw: object
 ) -> Exporter:
     targets = tuple(
         TargetConfig(variant=v, url=parse_server_url(f"http://{v}.test:8000"), timeout_s=timeout_s)

@@ -69,6 +69,16 @@ def test_refused_before_ever_up_is_down_and_other_faults_are_down() -> None:
     assert lc.view(4).reloads_total == 0
 
 
+def test_restart_after_a_down_spell_counts() -> None:
+    lc = Lifecycle()
+    lc.ok(100.0, 50.0)
+    lc.failed(105.0, refused=False)  # answering 500s
+    lc.ok(110.0, 108.0)  # and then restarted
+    v = lc.view(110.0)
+    assert v.state == "ready" and v.reloads_total == 1
+    assert v.last_reload_duration_s == pytest.approx(2.0)
+
+
 def test_log_loading_marks_loading_even_if_never_up() -> None:
     lc = Lifecycle()
     lc.failed(10.0, refused=True, log_loading=True, log_started_s=8.0)

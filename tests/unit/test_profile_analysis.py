@@ -16,6 +16,7 @@ from specload.profile.analysis import (
     analyze_file,
     batch_bucket,
 )
+from specload.profile.render import render_text
 from specload.profile.synthetic import StepSpec, write_trace
 from specload.profile.tracefile import (
     ALLREDUCE_KERNEL_EXAMPLES,
@@ -90,9 +91,26 @@ def test_launch_correlation_matters(tmp_path: Path) -> None:
         if ev.get("cat") == "kernel" and not any(a <= ev["ts"] <= b for a, b in ranges)
     )
     assert late > 0  # the trace does put kernels beyond their step's CPU range
-    j = analyze([path]).to_json()
+    report = analyze([path])
+    j = report.to_json()
     assert j["ranks"][0]["mode"] == MODE_LAUNCH
     assert j["batch_sizes"]["1"]["allreduce_ratio"] == pytest.approx(truth.ratio(1), abs=1e-4)
+    assert j["ranks"][0]["allreduce_outside_steps"] == 0
+    assert "outside every step range" not in render_text(report)
+
+
+def test_kernels_outside_steps_are_reported(tmp_path: Path) -> None:
+    path = tmp_path / "w.json"
+    nccl = ALLREDUCE_KERNEL_EXAMPLES["nccl"]
+    with TraceWriter(path, rank=0) as w:
+        w.kernel(nccl, 0.0, 50.0)  # warm-up, before any step
+        name = step_annotation_name(0, 0, 1, 1)
+        w.gpu_annotation(name, 100.0, 100.0)
+        w.kernel(nccl, 120.0, 50.0)
+    report = analyze([path])
+    assert report.ranks[0].allreduce_outside_steps == 1
+    assert report.decode_allreduce_ratio == pytest.approx(0.5)
+    assert "1 all-reduce kernel(s) or op(s) lie outside every step range" in render_text(report)
 
 
 def test_cuda_graph_launch_places_all_its_kernels(tmp_path: Path) -> None:
@@ -165,6 +183,8 @@ def test_ranks_median_max_and_straggler(tmp_path: Path) -> None:
     assert j["straggler_rank"] == 2
     assert any("straggler" in n for n in j["notes"])
     json.dumps(j)  # serialisable
+    text = render_text(report)
+    assert "rank 2 spends" in text and "the others likely wait for it" in text
 
 
 def test_rank_from_file_name_when_header_has_none(tmp_path: Path) -> None:

@@ -16,15 +16,19 @@ from tests.fixtures.observability import (
     AM_CONFIG,
     PROM_DIR,
     RAW_NAME,
+    REPO,
     RULE_FILES,
     alert_rules,
     dashboards,
     exported_sources,
     is_exported,
     load_yaml,
+    panels,
     promtool,
     recorded_names,
     rules_in,
+    scale_durations,
+    scaled_rules,
 )
 
 pytestmark = pytest.mark.unit
@@ -139,3 +143,46 @@ def test_alertmanager_inhibitions_name_existing_alerts() -> None:
             assert key == "alertname"
             hits = [n for n in names if (re.fullmatch(value, n) if op == "=~" else n == value)]
             assert hits, matcher
+
+
+def test_scaled_rules_for_live_tests_stay_valid(tmp_path: Path) -> None:
+    """Live tests run the committed rules on a faster clock; the scaled copy must
+    still be valid and scaled as asked."""
+    assert scale_durations("rate(x[5m]) / rate(y[1h])", 60) == "rate(x[5s]) / rate(y[60s])"
+    assert scale_durations("rate(x[30s])", 60, floor_s=4) == "rate(x[4s])"
+    files = scaled_rules(
+        tmp_path, 30, for_floor_s=6, constants={"specload:tpot_regression_margin:ratio": 0.5}
+    )
+    result = promtool("check", "rules", *map(str, files))
+    assert result.returncode == 0, result.stdout + result.stderr
+    scaled = {r.get("alert") or r["record"]: r for r in rules_in(files)}
+    assert scaled["SpecloadTPOTRegression"]["for"] == "20s"
+    assert scaled["SpecloadTargetDown"]["for"] == "6s"
+    assert "[10s]" in scaled["variant_model:vllm_generation_tokens:rate5m"]["expr"]
+    assert scaled["specload:tpot_regression_margin:ratio"]["expr"] == "vector(0.5)"
+    with pytest.raises(KeyError):
+        scaled_rules(tmp_path, 30, constants={"specload:nope:ratio": 1})
+
+
+def test_vllm_series_read_exist_in_real_vllm_pages() -> None:
+    """Every vLLM series a rule, alert or board reads is on a real vLLM 0.32 page
+    (captured from the CPU build with and without n-gram speculation), with the
+    labels the rules aggregate by."""
+    pages = sorted((REPO / "tests" / "data" / "vllm-0.32.0").glob("metrics_*.txt"))
+    if not pages:
+        pytest.skip("no captured vLLM pages in tests/data/vllm-0.32.0")
+    real: dict[str, set[str]] = {}
+    for page in pages:
+        for line in page.read_text().splitlines():
+            m = re.match(r"(vllm:[a-z0-9_]+)(?:\{(.*)\})? ", line)
+            if m:
+                labels = {kv.split("=", 1)[0] for kv in (m.group(2) or "").split(",") if kv}
+                real.setdefault(m.group(1), set()).update(labels)
+    texts = [r["expr"] for r in rules_in([*RULE_FILES, *ALERT_FILES])]
+    texts += [t["expr"] for b in dashboards().values() for p in panels(b) for t in p["targets"]]
+    read = set(re.findall(r"vllm:[a-z0-9_]+", " ".join(texts)))
+    assert read, "no vLLM series read at all"
+    assert read <= set(real), sorted(read - set(real))
+    assert "model_name" in real["vllm:generation_tokens_total"]  # relabelled to `model`
+    assert "finished_reason" in real["vllm:request_success_total"]
+    assert "position" in real["vllm:spec_decode_num_accepted_tokens_per_pos_total"]

@@ -123,8 +123,17 @@ def test_values_agree_with_what_the_engine_did() -> None:
     success = expo["vllm:request_success_total"].by_label("finished_reason")
     assert success["length"] == 3 and success["stop"] == 3
     assert sent == {r: 50 if r % 2 else 70 for r in range(6)}
-    ttft = expo["vllm:time_to_first_token_seconds"].histogram()
-    assert ttft is not None and ttft.count == 6
+    for name in (
+        "vllm:time_to_first_token_seconds",
+        "vllm:e2e_request_latency_seconds",
+        "vllm:request_num_preemptions",
+        "vllm:request_prefill_kv_computed_tokens",
+        "vllm:request_generation_tokens",
+    ):
+        hist = expo[name].histogram()
+        assert hist is not None and hist.count == 6, name
+    generation = expo["vllm:request_generation_tokens"].histogram()
+    assert generation is not None and generation.sum == sum(sent.values())
     drafts = expo["vllm:spec_decode_num_drafts_total"].total()
     draft_tokens = expo["vllm:spec_decode_num_draft_tokens_total"].total()
     accepted = expo["vllm:spec_decode_num_accepted_tokens_total"].total()

