@@ -123,7 +123,7 @@ class TargetMonitor:
             return None
         try:
             text = result.body.decode("utf-8")
-            fams = parse(text, keep)
+            fams = parse(text, keep, buckets=False)  # means need only _sum/_count
         except (UnicodeDecodeError, PromTextError) as exc:
             self._failed("malformed", str(exc), result.duration_s, now_s)
             return None

@@ -27,7 +27,7 @@ from simulator.metrics import EngineMetrics
 log = logging.getLogger("simulator")
 
 # Keep the step cadence when a wake-up is at most this late; beyond, restart from now.
-_MAX_CATCH_UP_S = 0.05
+_MAX_CATCH_UP_S = 0.2
 
 
 @dataclass

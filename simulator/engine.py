@@ -118,17 +118,16 @@ class EngineCore:
 
     def abort(self, seq: Sequence, now: float) -> None:
         """A client went away: drop the sequence and count it as aborted."""
-        if seq.aborted:
-            return
+        if seq.aborted or seq.generated >= seq.target:
+            return  # already gone, or finished
         seq.aborted = True
         if seq in self.running:
             self.running.remove(seq)
             self.kv_tokens -= seq.prompt_tokens + seq.generated
-        else:
-            try:
-                self.waiting.remove(seq)
-            except ValueError:
-                return
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        else:  # admitted by the step now running: its prompt is in the KV cache
+            self.kv_tokens -= seq.prompt_tokens
         self.metrics.request_success["abort"].inc()
         self._gauges()
 

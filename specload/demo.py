@@ -137,7 +137,7 @@ def sweep_targets(ctx: DemoContext) -> None:
             "--metrics-address",
             "off",
             "--progress",
-            "plain" if not sys.stderr.isatty() else "auto",
+            "auto" if sys.stdout.isatty() else "plain",
         )
         code = subprocess.call(cmd)
         if code != 0:

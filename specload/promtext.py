@@ -251,8 +251,13 @@ def _parse_float(text: str, lineno: int, line: str) -> float:
         raise PromTextError(lineno, f"bad value {text!r}", line) from None
 
 
-def parse(text: str, keep: Callable[[str], bool] | None = None) -> Exposition:
+def parse(
+    text: str, keep: Callable[[str], bool] | None = None, *, buckets: bool = True
+) -> Exposition:
     """Parse exposition text into families.
+
+    ``buckets=False`` leaves out histograms' ``_bucket`` samples (their labels are
+    not parsed): enough for means from ``_sum``/``_count``.
 
     ``keep(family_name)`` returning False skips that family cheaply: a block of
     lines that follows its ``# HELP``/``# TYPE`` header and whose lines all
@@ -260,7 +265,7 @@ def parse(text: str, keep: Callable[[str], bool] | None = None) -> Exposition:
     (so a value error inside a skipped family goes unnoticed); anything else is
     parsed line by line. Raises :class:`PromTextError` on malformed input.
     """
-    state = _ParseState(keep)
+    state = _ParseState(keep, buckets)
     if keep is None:
         state.feed(text.split("\n"), 1)
         return state.families
@@ -327,8 +332,9 @@ _DIST_TYPES = frozenset({"histogram", "gaugehistogram", "summary"})
 class _ParseState:
     """Families found so far; :meth:`feed` parses lines into them."""
 
-    def __init__(self, keep: Callable[[str], bool] | None) -> None:
+    def __init__(self, keep: Callable[[str], bool] | None, buckets: bool = True) -> None:
         self.keep = keep
+        self.buckets = buckets
         self.families = Exposition()
         # sample name -> family, learnt from # TYPE lines (and cached per sample name).
         self.owner: dict[str, Family | None] = {}
@@ -359,6 +365,7 @@ class _ParseState:
         families, typed, owner = self.families, self.typed, self.owner
         block_cache = self.block_cache
         wanted = self.wanted
+        skip_buckets = not self.buckets
         lineno = first_lineno - 1
         for raw in lines:
             lineno += 1
@@ -398,6 +405,8 @@ class _ParseState:
                 typed[name] = fam
                 owner[name] = fam
             want = wanted(fam.name)
+            if want and skip_buckets and name.endswith("_bucket") and fam.type in _DIST_TYPES:
+                want = False
             if rest_start == -1:
                 close = line.rfind("}")
                 if not want:

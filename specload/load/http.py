@@ -12,6 +12,8 @@ Streams of plain-HTTP targets are read by one :class:`Reactor` per process:
 a greenlet that polls every open stream's socket with ``epoll`` and reads
 each ready socket once per wake-up, so hundreds of streams cost one greenlet
 switch per batch of events instead of one (plus a failed ``recv``) per event.
+Every read of a round is stamped with the moment ``epoll`` returned (the data
+was there then), so the time spent reading the other sockets is not added.
 
 Failures raise :class:`RequestFailed` with an error class: ``refused``,
 ``reset`` (connection lost or closed mid-response), ``protocol`` (not HTTP),
@@ -320,6 +322,9 @@ class Reactor:
                 hub_wait(watcher)
                 last_yield = _perf()
                 continue
+            # Every socket in this round was ready when poll returned: stamp them all with
+            # that moment, so reading the others first does not make the last one late.
+            now = _perf()
             self.wakeups += 1
             self.reads += len(events)
             for fd, _mask in events:
@@ -337,7 +342,6 @@ class Reactor:
                     self._finish(fd, stream, _Stale() if not parser.got_bytes else
                                  RequestFailed("reset", str(exc)))
                     continue
-                now = _perf()
                 try:
                     if data:
                         done = stream.parser.feed(data, now)

@@ -191,11 +191,17 @@ class StreamMeter:
     ) -> None:
         """Fill ``record``'s timings, tokens and ITL histograms.
 
-        E2E ends when the stream's last event was read (normally ``[DONE]``), as
-        vLLM's benchmark does; ``end`` (perf_counter) when no event came at all.
+        E2E of a complete stream ends at its last token-bearing chunk, as vLLM's
+        benchmark does (the usage chunk and ``[DONE]`` that follow carry no token);
+        of anything else, at ``end`` (perf_counter).
         """
         t0 = self.t0
-        last = self.last_event_t if self.done and self.last_event_t is not None else end
+        if self.done and self.first_t is not None:
+            last = self._last_t
+        elif self.done and self.last_event_t is not None:
+            last = self.last_event_t
+        else:
+            last = end
         record.e2e_s = last - t0
         if self.first_t is not None:
             record.ttft_s = self.first_t - t0

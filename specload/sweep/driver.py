@@ -178,6 +178,12 @@ class SweepDriver:
             self.stop_reason = str(stop)
             if self.current is not None and self.current.phase not in ("done", "pending"):
                 self._close_current_partial()
+        except Exception as exc:  # a bug: keep what was measured, say why it stopped
+            self.status = "failed"
+            self.stop_reason = f"error: {type(exc).__name__}: {exc}"
+            if self.current is not None and self.current.phase not in ("done", "pending"):
+                self._close_current_partial()
+            raise
         finally:
             self.sweep_end = self.clock()
             self.backend.stop()

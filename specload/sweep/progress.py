@@ -70,10 +70,13 @@ def describe(snap: dict[str, Any]) -> str:
 
 
 class Progress:
-    """``mode``: ``rich`` (a live table), ``plain`` (a line every few seconds), ``off``."""
+    """``mode``: ``rich`` (a live table), ``plain`` (a line every few seconds), ``off`` (none).
+
+    Messages (:meth:`message`) are printed in every mode.
+    """
 
     def __init__(self, mode: str = "auto", stream: TextIO | None = None, every_s: float = 5.0):
-        self.stream = stream or sys.stderr
+        self.stream = stream or sys.stdout
         if mode == "auto":
             mode = "rich" if self.stream.isatty() else "plain"
         self.mode = mode
@@ -84,8 +87,7 @@ class Progress:
         self._console = Console(file=self.stream)
 
     def message(self, text: str) -> None:
-        if self.mode == "off":
-            return
+        """A line that stays (start, readiness, results): printed in every mode."""
         if self._live is not None:
             self._live.console.print(text)
         else:

@@ -185,6 +185,12 @@ def _report(
             + ("" if acc is None else f", acceptance {acc:.2f}")
             + ("" if level.get("complete") else " (partial)")
         )
+        for outage in level.get("outages", []):
+            seconds = outage.get("duration_s")
+            progress.message(
+                f"    outage {outage.get('start')} -> {outage.get('end') or 'unfinished'}"
+                + ("" if seconds is None else f" ({seconds:.1f}s, excluded from the window)")
+            )
     progress.message(
         f"{summary['status']}: {writer.records_written} requests in {writer.requests_path}; "
         f"summary {writer.summary_path}, {writer.dir / SUMMARY_MD_FILE}"

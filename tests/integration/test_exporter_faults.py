@@ -187,7 +187,7 @@ def test_faults_are_contained(fault_servers: dict[str, str], tmp_path: Path) -> 
             for lab, val, _ in fams["specload_spec_decode_acceptance_ratio"]
             if lab["window"] == "lifetime"
         }
-        assert acc == {"good": 1.0}  # only the good target has derived families
+        assert set(acc) == {"good"}  # only the good target has derived families
         # 50 MB answers are cut at the 8 MB cap: memory stays far below the response size.
         assert peak_rss < 200 * 1024 * 1024, f"peak RSS {peak_rss / 2**20:.0f} MB"
         print(f"exporter peak RSS with a 50 MB target: {peak_rss / 2**20:.0f} MB")

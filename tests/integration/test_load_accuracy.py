@@ -5,6 +5,11 @@ the first chunk at TTFT, then one chunk every ITL. Truth:
 TTFCT = TTFT + (index of the first chunk holding content) * ITL and
 TPOT = (chunks - 1) * ITL / (tokens - 1). Medians within 1%, counts exact,
 at concurrency 1 and 64.
+
+Timings are medians of the requests started after the first request ended: the
+first round is warm-up (Locust starts all users in the same instant, and the
+simulator needs ~40 ms to take 64 simultaneous requests in — the server's
+lateness, not the client's). Token counts are checked on every request.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ class Case:
     per_chunk: int
     itl_s: float
     max_tokens: int = 1000
-    ttft_s: float = 0.5
+    ttft_s: float = 1.0
 
     @property
     def tokens(self) -> int:
@@ -74,7 +79,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_medians_within_1pct_and_counts_exact(load_sim, run_locust, case: Case) -> None:
     sim = load_sim(case.sim_args())
-    for users, seconds in ((1, 5), (64, 4)):
+    for users, seconds in ((1, 6), (64, 6)):
         run = run_locust(sim.url, users=users, seconds=seconds,
                          args=["--max-tokens", str(case.max_tokens)])
         assert run.returncode == 0, run.stderr[-2000:]
@@ -91,6 +96,9 @@ def test_medians_within_1pct_and_counts_exact(load_sim, run_locust, case: Case) 
             assert r["finish_reason"] == ("length" if case.max_tokens < 100 else "stop")
             assert r["channel_split_source"] == "exact"
         where = f"{case.name} at concurrency {users}"
+        first_end = min(r["end_s"] for r in ok)
+        ok = [r for r in ok if r["start_s"] >= first_end]
+        assert len(ok) >= (1 if users == 1 else 64), where
         ttft = statistics.median(r["ttft_s"] for r in ok)
         assert ttft == pytest.approx(case.ttft_s, rel=0.01), where
         tpot = statistics.median(r["tpot_s"] for r in ok)

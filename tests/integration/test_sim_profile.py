@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -17,11 +20,8 @@ pytestmark = pytest.mark.integration
 PROMPT = "Consider the following program and explain each step. " * 72
 
 
-def test_batch_1_traces_show_half_the_decode_time_in_allreduce(
-    sim_factory: Callable[..., SimHandle],
-) -> None:
-    sim = sim_factory(["--time-scale", "20", "--profiler-max-steps", "40"])
-    assert sim.profiler_dir is not None
+def capture(sim: SimHandle, tokens: int) -> tuple[list[Path], dict[str, Any]]:
+    """Profile one stream of requests over the reference categories until ``tokens`` were sent."""
     stop = threading.Event()
 
     def one_stream() -> None:
@@ -41,21 +41,38 @@ def test_batch_1_traces_show_half_the_decode_time_in_allreduce(
     thread.start()
     try:
         assert httpx.post(sim.url + "/start_profile", timeout=10).status_code == 200
-        deadline = 0
-        while sim.state()["tokens_sent"] < 60 and deadline < 400:
-            threading.Event().wait(0.05)
-            deadline += 1
+        deadline = time.monotonic() + 30
+        while sim.state()["tokens_sent"] < tokens and time.monotonic() < deadline:
+            time.sleep(0.05)
         assert httpx.post(sim.url + "/stop_profile", timeout=60).status_code == 200
     finally:
         stop.set()
         thread.join()
+    assert sim.profiler_dir is not None
     traces = sorted(sim.profiler_dir.glob("*.pt.trace.json.gz"))
+    return traces, json.loads((sim.profiler_dir / "truth.json").read_text())
+
+
+def test_batch_1_traces_show_half_the_decode_time_in_allreduce(
+    sim_factory: Callable[..., SimHandle],
+) -> None:
+    sim = sim_factory(["--time-scale", "20", "--profiler-max-steps", "40"])
+    traces, truth = capture(sim, 60)
     assert len(traces) == 8
-    truth = json.loads((sim.profiler_dir / "truth.json").read_text())
     assert truth["allreduces_per_step"] == 122
     assert set(truth["by_batch_size"]) == {"1"}
     share = truth["decode_allreduce_share"]
     assert abs(share - 0.515) <= 0.05, share
-    report = analyze(traces)
-    measured = report.decode_allreduce_ratio
+    measured = analyze(traces).decode_allreduce_ratio
     assert measured is not None and abs(measured - share) < 0.01, (measured, share)
+
+
+def test_cpu_allreduce_family_writes_cpu_only_traces(sim_factory: Callable[..., SimHandle]) -> None:
+    sim = sim_factory(
+        ["--time-scale", "20", "--profiler-max-steps", "20", "--tp", "2",
+         "--allreduce-kernel", "cpu_shm", "--cost", "allreduce_hop_latency_s=30e-6"]
+    )  # fmt: skip
+    traces, truth = capture(sim, 30)
+    assert len(traces) == 2
+    measured = analyze(traces).decode_allreduce_ratio
+    assert measured is not None and abs(measured - truth["decode_allreduce_share"]) < 0.01

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.vllm_metrics import derive, extract, keep
 from specload.promtext import parse
@@ -13,41 +14,54 @@ pytestmark = pytest.mark.unit
 L = '{engine="0",model_name="tiny-plain"'
 
 
-def reading(page: str, t: float) -> object:
-    return extract(parse(page, keep), t)
+def truth(page: str) -> dict[str, float]:
+    """The page's values read with prometheus_client's parser (not ours), by sample name."""
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(page):
+        for s in fam.samples:
+            key = s.name + (f"[{s.labels['position']}]" if "position" in s.labels else "")
+            out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
+BASE = truth(vllm_page("ngram"))
+DRAFTS = "vllm:spec_decode_num_drafts_total"
+TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACC = "vllm:spec_decode_num_accepted_tokens_total"
+POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+GEN = "vllm:generation_tokens_total"
+TPOT = "vllm:request_time_per_output_token_seconds"
+ITL = "vllm:inter_token_latency_seconds"
+# Known increases for a "later" page: 8 drafts of 3 tokens, 14 accepted (7, 4, 3 by position).
+DELTAS = {DRAFTS: 8.0, TOKENS: 24.0, ACC: 14.0, f"{POS}[0]": 7.0, f"{POS}[1]": 4.0,
+          f"{POS}[2]": 3.0, GEN: 100.0, TPOT + "_sum": 0.04, TPOT + "_count": 4.0,
+          ITL + "_sum": 1.0, ITL + "_count": 100.0}  # fmt: skip
 
 
 def later_page() -> str:
-    """The captured n-gram page with known increases over the original."""
-    return set_values(
-        vllm_page("ngram"),
-        {
-            f"vllm:spec_decode_num_drafts_total{L}": 20.0,  # +8
-            f"vllm:spec_decode_num_draft_tokens_total{L}": 60.0,  # +24
-            f"vllm:spec_decode_num_accepted_tokens_total{L}": 50.0,  # +14
-            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{L},position="0"': 19.0,  # +7
-            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{L},position="1"': 16.0,  # +4
-            f'vllm:spec_decode_num_accepted_tokens_per_pos_total{L},position="2"': 15.0,  # +3
-            f"vllm:generation_tokens_total{L}": 244.0,  # +100
-            f"vllm:request_time_per_output_token_seconds_sum{L}": 0.05706001721002286,  # +0.04
-            f"vllm:request_time_per_output_token_seconds_count{L}": 8.0,  # +4
-            f"vllm:inter_token_latency_seconds_sum{L}": 1.5985625090000894,  # +1.0
-            f"vllm:inter_token_latency_seconds_count{L}": 208.0,  # +100
-            f"vllm:num_requests_running{L}": 3.0,
-            f"vllm:kv_cache_usage_perc{L}": 0.25,
-        },
-    )
+    """The captured n-gram page with the DELTAS added to its counters."""
+    values: dict[str, float] = {}
+    for key, d in DELTAS.items():
+        if key.startswith(POS):
+            p = key[len(POS) + 1 : -1]
+            values[f'{POS}{L},position="{p}"'] = BASE[key] + d
+        else:
+            values[key + L] = BASE[key] + d
+    values[f"vllm:num_requests_running{L}"] = 3.0
+    values[f"vllm:kv_cache_usage_perc{L}"] = 0.25
+    return set_values(vllm_page("ngram"), values)
 
 
 def test_extract_real_ngram_page() -> None:
     r = extract(parse(vllm_page("ngram"), keep), 100.0)
     assert r.model == "tiny-plain"
-    assert r.process_start_s == 1.79594697905e09
-    assert (r.drafts, r.draft_tokens, r.accepted) == (12.0, 36.0, 36.0)
-    assert dict(r.accepted_per_pos) == {0: 12.0, 1: 12.0, 2: 12.0}
-    assert r.generation_tokens == 144.0
-    assert r.itl_sum_count == (pytest.approx(0.5985625090000894), 108.0)
-    assert r.tpot_sum_count == (pytest.approx(0.01706001721002286), 4.0)
+    assert r.process_start_s == pytest.approx(BASE["process_start_time_seconds"])
+    assert (r.drafts, r.draft_tokens, r.accepted) == (BASE[DRAFTS], BASE[TOKENS], BASE[ACC])
+    assert BASE[DRAFTS] > 0 and BASE[TOKENS] == 3 * BASE[DRAFTS]
+    assert dict(r.accepted_per_pos) == {p: BASE[f"{POS}[{p}]"] for p in range(3)}
+    assert r.generation_tokens == BASE[GEN]
+    assert r.itl_sum_count == (pytest.approx(BASE[ITL + "_sum"]), BASE[ITL + "_count"])
+    assert r.tpot_sum_count == (pytest.approx(BASE[TPOT + "_sum"]), BASE[TPOT + "_count"])
     assert r.has_spec_decode and r.num_positions == 3
 
 
@@ -64,14 +78,15 @@ def test_plain_page_has_no_spec_values() -> None:
 
 def test_lifetime_values_from_real_counters() -> None:
     d = derive(None, extract(parse(later_page(), keep), 100.0))
-    assert d.acceptance_ratio == {"lifetime": pytest.approx(50 / 60)}
-    assert d.mean_acceptance_length == {"lifetime": pytest.approx(1 + 50 / 20)}
+    drafts, tokens, acc = (BASE[k] + DELTAS[k] for k in (DRAFTS, TOKENS, ACC))
+    assert d.acceptance_ratio == {"lifetime": pytest.approx(acc / tokens)}
+    assert d.mean_acceptance_length == {"lifetime": pytest.approx(1 + acc / drafts)}
     assert d.position_acceptance_ratio == {
-        ("lifetime", 0): pytest.approx(19 / 20),
-        ("lifetime", 1): pytest.approx(16 / 20),
-        ("lifetime", 2): pytest.approx(15 / 20),
+        ("lifetime", p): pytest.approx((BASE[f"{POS}[{p}]"] + DELTAS[f"{POS}[{p}]"]) / drafts)
+        for p in range(3)
     }
-    assert d.tpot_mean_s == {"lifetime": pytest.approx(0.05706001721002286 / 8)}
+    tpot_sum, tpot_count = (BASE[TPOT + s] + DELTAS[TPOT + s] for s in ("_sum", "_count"))
+    assert d.tpot_mean_s == {"lifetime": pytest.approx(tpot_sum / tpot_count)}
     assert d.running == 3.0 and d.kv_usage_ratio == 0.25
     assert d.drafted_tokens_per_s is None  # no interval without a previous reading
 
@@ -103,12 +118,12 @@ def test_idle_interval_is_absent_not_zero() -> None:
 def test_restart_never_gives_negative_deltas() -> None:
     before = extract(parse(later_page(), keep), 100.0)
     # After a restart the counters start again: the original (smaller) page.
-    after_page = set_process_start(vllm_page("ngram"), 1.8e9)
+    after_page = set_process_start(vllm_page("ngram"), 1.9e9)
     after = extract(parse(after_page, keep), 110.0)
     d = derive(before, after)
-    assert d.drafted_tokens_per_s == pytest.approx(36 / 10)
-    assert d.acceptance_ratio["interval"] == pytest.approx(36 / 36)
-    assert d.generation_tokens_per_s == pytest.approx(144 / 10)
+    assert d.drafted_tokens_per_s == pytest.approx(BASE[TOKENS] / 10)
+    assert d.acceptance_ratio["interval"] == pytest.approx(BASE[ACC] / BASE[TOKENS])
+    assert d.generation_tokens_per_s == pytest.approx(BASE[GEN] / 10)
     for value in (*d.acceptance_ratio.values(), *d.tpot_mean_s.values(), *d.itl_mean_s.values()):
         assert value >= 0
 

@@ -142,3 +142,27 @@ def test_values_agree_with_what_the_engine_did() -> None:
     assert accepted is not None and 0 < accepted < draft_tokens
     assert sum(per_pos.values()) == accepted
     assert per_pos["0"] >= per_pos["1"] >= per_pos["4"]
+
+
+def test_aborts_release_the_kv_cache_wherever_the_request_is() -> None:
+    metrics = sim_metrics(max_model_len=8192, positions=0)
+    core = EngineCore(CostModel(), PRESETS["baseline"], metrics, random.Random(1))
+    seqs = [
+        Sequence(r, category="math", prompt_tokens=50, reasoning_tokens=20, content_tokens=0,
+                 max_tokens=100, arrival=0.0, emit=lambda *a: None)
+        for r in range(3)
+    ]  # fmt: skip
+    core.add(seqs[0])
+    plan = core.plan(0.0)
+    assert plan is not None
+    core.complete(plan, 0.01)  # seqs[0] is running
+    core.add(seqs[1])
+    plan = core.plan(0.01)  # seqs[1] admitted by the step in flight
+    core.add(seqs[2])  # seqs[2] waiting
+    for seq in seqs:
+        core.abort(seq, 0.02)
+        core.abort(seq, 0.02)  # twice: counted once
+    assert plan is not None
+    core.complete(plan, 0.03)
+    assert core.idle and core.kv_tokens == 0
+    assert metrics.request_success["abort"].value == 3

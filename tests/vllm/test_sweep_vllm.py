@@ -14,7 +14,7 @@ from specload.results import read_requests, read_summary, summary_schema
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-RUN = ["--concurrency", "1,3", "--warmup", "0", "--duration", "6", "--max-tokens", "48",
+RUN = ["--concurrency", "1,3", "--warmup", "0", "--duration", "8", "--max-tokens", "64",
        "--temperature", "0",
        "--metrics-address", "off", "--progress", "off", "--no-plots"]
 
@@ -69,4 +69,5 @@ def test_sweep_on_real_vllm(kind, request, specload_run, tmp_path):
         elif kind == "vllm_plain":
             assert "spec_decode_acceptance_rate" not in block
     if kind == "vllm_ngram":
-        assert sum(b["spec_decode_num_drafts"] for b in blocks) > 0
+        detail = [(r["step"], r["tokens_output"], r["chunks"]) for r in records]
+        assert sum(b["spec_decode_num_drafts"] for b in blocks) > 0, (blocks, detail)
