@@ -14,7 +14,9 @@ _UNITS = {"ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PATTERN = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h)?\s*$")
 
 
-def parse_duration(text: str | float | int, *, name: str = "duration", allow_zero: bool = True) -> float:
+def parse_duration(
+    text: str | float | int, *, name: str = "duration", allow_zero: bool = True
+) -> float:
     """Return seconds; raise :class:`UsageError` naming ``name`` on bad input.
 
     >>> parse_duration("2m")
