@@ -20,6 +20,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -53,11 +54,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def build_c_server() -> str:
+    exe = Path(tempfile.gettempdir()) / "specload-bench-fixed-server"
+    subprocess.run(["cc", "-O2", "-o", str(exe), str(HERE / "fixed_server.c")], check=True)
+    return str(exe)
+
+
 def start_server(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]:
     cmd = [sys.executable, str(HERE / "fixed_server.py"), "--port", str(port),
            "--ttft", str(args.ttft), "--itl", str(args.itl), "--tokens", str(args.tokens),
            "--tokens-per-chunk", str(args.tokens_per_chunk)]
-    if args.server == "sim":
+    if args.server == "c":
+        cmd = [build_c_server(), str(port), str(args.ttft), str(args.itl), str(args.tokens),
+               str(args.tokens_per_chunk)]
+    elif args.server == "sim":
         cmd = [sys.executable, "-m", "specload", "sim", "--port", str(port), "--timing", "fixed",
                "--fixed-ttft", str(args.ttft), "--fixed-itl", str(args.itl),
                "--fixed-tokens-per-chunk", str(args.tokens_per_chunk),
@@ -156,7 +166,8 @@ def main() -> None:
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--duration", type=float, default=20.0)
-    ap.add_argument("--server", choices=("fixed", "sim"), default="fixed")
+    ap.add_argument("--server", choices=("c", "py", "sim"), default="c",
+                    help="fixed-timing server: C (default), Python, or the simulator")
     ap.add_argument("--server-cpu", type=int, default=1)
     ap.add_argument("--client-cpu", type=int, default=0)
     ap.add_argument("--out", default="")

@@ -170,10 +170,10 @@ def test_faults_are_contained(fault_servers: dict[str, str], tmp_path: Path) -> 
                 for lab, val, name in fams.get("specload_target_scrape_errors", [])
                 if name.endswith("_total")
             }
-            if all(errors.get((v, r), 0) >= 3 for v, r in EXPECTED.items()):
+            if all(errors.get((v, r), 0) >= 2 for v, r in EXPECTED.items()):
                 break
         else:
-            pytest.fail(f"faults not all seen 3 times: {fams.get('specload_target_scrape_errors')}")
+            pytest.fail(f"faults not all seen twice: {fams.get('specload_target_scrape_errors')}")
         assert proc.poll() is None, "the exporter died"
         ups = {lab["variant"]: val for lab, val, _ in fams["specload_target_up"]}
         assert ups == {"good": 1.0, **dict.fromkeys(EXPECTED, 0.0)}
