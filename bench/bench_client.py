@@ -100,11 +100,11 @@ def run_level(args: argparse.Namespace, streams: int) -> dict[str, float]:
                           parsed_options=options)
         runner = env.create_local_runner()
         events.init.fire(environment=env, runner=runner, web_ui=None)
-        ended: list[tuple[float, int]] = []
+        ended: list[tuple[float, float, int]] = []
         window: list[RequestRecord] = []
 
         def on_record(r: RequestRecord) -> None:
-            ended.append((r.end_s, r.tokens_output))
+            ended.append((r.start_s, r.end_s, r.tokens_output))
             if r.step == "measure":
                 window.append(r)
 
@@ -127,7 +127,15 @@ def run_level(args: argparse.Namespace, streams: int) -> dict[str, float]:
     finally:
         server.kill()
         server.wait()
-    tokens = sum(n for end, n in ended if t1 <= end < t2)
+    # Each request's tokens prorated by the part of it inside the window (tokens flow at a
+    # constant rate after the first), so requests ending together do not skew the count.
+    tokens = 0.0
+    for start, end, n in ended:
+        first = start + args.ttft
+        if end <= first:
+            continue
+        overlap = max(0.0, min(end, t2) - max(first, t1))
+        tokens += n * overlap / (end - first)
     ok = [r for r in window if r.ok]
     ttft = Histogram()
     ttft.extend([r.ttft_s for r in ok if r.ttft_s is not None])

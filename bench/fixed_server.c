@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +81,7 @@ static void close_conn(int ep, int fd) { epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
 static void on_read(int ep, int fd) {
   Conn *c = conns[fd];
   for (;;) {
-    int n = read(fd, c->in + c->inlen, sizeof c->in - c->inlen);
+    int n = read(fd, c->in + c->inlen, sizeof c->in - 1 - c->inlen);
     if (n == 0 || (n < 0 && errno != EAGAIN)) { close_conn(ep, fd); return; }
     if (n < 0) break;
     c->inlen += n;
@@ -110,6 +111,7 @@ int main(int argc, char **argv) {
   if (argc < 6) { fprintf(stderr, "usage: %s PORT TTFT_S ITL_S TOKENS TOKENS_PER_CHUNK\n", argv[0]); return 2; }
   int port = atoi(argv[1]); ttft_ns = (long long)(atof(argv[2]) * 1e9); itl_ns = (long long)(atof(argv[3]) * 1e9);
   build(atoi(argv[4]), atoi(argv[5]));
+  signal(SIGPIPE, SIG_IGN);
   int ls = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), one = 1;
   setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
   struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)}; a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -119,7 +121,33 @@ def capture_answering(client: httpx.Client, pool: VllmPool, out: Path) -> None:
     )
 
 
-CAPTURES = {"plain": capture_plain, "ngram": capture_ngram, "answering": capture_answering}
+def capture_tp2_trace(client: httpx.Client, pool: VllmPool, out: Path) -> None:
+    """Torch-profiler traces of both ranks of a tensor-parallel-2 server (a few steps)."""
+    server = pool.server("profiled_tp2")
+    server.ready_timeout_s = max(server.ready_timeout_s, 600.0)
+    pool.ensure("profiled_tp2")
+    assert server.trace_dir is not None
+    body = chat_body(server, max_tokens=16)
+    client.post(f"{server.base_url}/chat/completions", json=body)  # warm-up, not traced
+    client.post(f"{server.url}/start_profile", timeout=600)
+    client.post(f"{server.base_url}/chat/completions", json=chat_body(server, max_tokens=4))
+    client.post(f"{server.url}/stop_profile", timeout=1200)
+    deadline = time.monotonic() + 120
+    while len(ranks := sorted(server.trace_dir.glob("rank*.pt.trace.json.gz"))) < 2:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"rank traces missing in {server.trace_dir}")
+        time.sleep(1.0)
+    for rank, path in enumerate(ranks):
+        shutil.copyfile(path, out / f"trace_tp2_rank{rank}.pt.trace.json.gz")
+
+
+CAPTURES = {
+    "plain": capture_plain,
+    "ngram": capture_ngram,
+    "answering": capture_answering,
+    "profiled_tp2": capture_tp2_trace,
+}
+DEFAULT_CAPTURES = ("plain", "ngram", "answering")  # the TP-2 trace only on request
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     pool = VllmPool(env, Path(tempfile.mkdtemp(prefix="specload-capture-")))
     try:
         with httpx.Client(timeout=120) as client:
-            for kind in args.only or list(CAPTURES):
+            for kind in args.only or DEFAULT_CAPTURES:
                 CAPTURES[kind](client, pool, out)
                 server = pool.server(kind)
                 print(

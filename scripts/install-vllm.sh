@@ -48,10 +48,15 @@ ensure_venv() {
     log "installing $VLLM_SPEC into $VENV (a few minutes, ~4 GB)"
     rm -rf "$VENV"
     "$BOOT_PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q "$VLLM_SPEC" "$TORCH_SPEC"
+    local pip_log="$CACHE/install-vllm.pip.log"
+    if ! { "$VENV/bin/python" -m pip install -q --upgrade pip &&
+        "$VENV/bin/python" -m pip install -q "$VLLM_SPEC" "$TORCH_SPEC"; } >"$pip_log" 2>&1; then
+        tail -n 40 "$pip_log" >&2
+        log "pip failed (full log: $pip_log)"
+        exit 1
+    fi
     # The CPU build pulls CUDA builds of these; they break `import vllm`.
-    "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+    "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec >>"$pip_log" 2>&1 || true
     "$VENV/bin/python" -c 'import vllm, transformers, tokenizers, safetensors, torch; print("vllm", vllm.__version__, "torch", torch.__version__)' >&2
     echo "$want" >"$stamp"
     log "venv ready in $(( SECONDS - t0 )) s"

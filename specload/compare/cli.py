@@ -37,9 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-difference",
         type=float,
-        default=1.0,
+        default=5.0,
         metavar="PCT",
-        help="smallest difference called faster/slower (default 1 percent)",
+        help="smallest difference called faster/slower (default 5 percent: run-to-run noise)",
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
 

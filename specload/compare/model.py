@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from specload.compare.stats import Difference, bootstrap_difference, median
+from specload.compare.stats import Difference, block_length, bootstrap_difference, median
 from specload.errors import UsageError
 from specload.results.aggregate import RecordView
 from specload.results.writer import read_requests, read_summary
@@ -144,7 +144,7 @@ def compare_runs(
     *,
     n_boot: int = 2000,
     confidence: float = 0.95,
-    min_difference: float = 0.01,
+    min_difference: float = 0.05,
     seed: int = 0,
 ) -> Comparison:
     if len(runs) < 2:
@@ -158,7 +158,8 @@ def compare_runs(
     by_run: list[dict[str, list[RecordView]]] = []
     for run in runs:
         steps: dict[str, list[RecordView]] = {}
-        for raw in run.records:
+        # in start order: the bootstrap resamples blocks of requests that ran together
+        for raw in sorted(run.records, key=lambda r: float(r.get("start_s") or 0.0)):
             view = RecordView(raw)
             steps.setdefault(view.step, []).append(view)
         by_run.append(steps)
@@ -180,6 +181,7 @@ def compare_runs(
         for cat in lc.categories:
             for measure in MEASURES:
                 per_run = []
+                blocks: list[int] = []
                 points: list[float | None] = []
                 for run, steps in zip(runs, by_run, strict=True):
                     recs = steps.get(name, [])
@@ -188,6 +190,9 @@ def compare_runs(
                     duration = float((run.level(name) or {}).get("duration") or 0.0)
                     samples = _samples(recs, measure.key, duration)
                     per_run.append(samples)
+                    info = run.level(name) or {}
+                    users = int(info.get("concurrency") or info.get("max_concurrency") or 1)
+                    blocks.append(block_length(len(samples), users))
                     if measure.key == "output_throughput":
                         points.append(sum(samples) if samples else None)
                     else:
@@ -209,6 +214,8 @@ def compare_runs(
                             n_boot=n_boot,
                             confidence=confidence,
                             seed=seed + i,
+                            block_a=blocks[0],
+                            block_b=blocks[i],
                             **kwargs,
                         )
                     )

@@ -14,7 +14,8 @@ Public API (for sweeps, results and anything that consumes measurements)::
     )
 
 Records. A :class:`RequestRecord` has ``category``, ``step``, ``variant``,
-``model``, ``start_s``/``end_s`` (wall clock), ``ok``, ``error_kind``
+``model``, ``start_s``/``end_s`` (wall clock; E2E ends at the last
+token-bearing chunk, as ``vllm bench serve``), ``ok``, ``error_kind``
 (``refused``, ``reset``, ``timeout``, ``http_<code>``, ``malformed``,
 ``no_done``, ``protocol``), ``ttft_s``, ``ttfct_s``, ``e2e_s``, ``tpot_s``,
 ``tokens_reasoning``, ``tokens_content``, ``tokens_output``, ``chunks``,

@@ -110,6 +110,12 @@ class ChatRequester:
             meter_feed = meter.feed
 
             def on_body(data: bytes, now: float) -> None:
+                # Fast path: the read holds exactly one single-line event (the usual case).
+                if data[-2:] == b"\n\n" and data[:6] == b"data: " and not decoder.pending:
+                    inner = data[6:-2]
+                    if b"\n" not in inner and b"\r" not in inner:
+                        meter_feed(inner, now)
+                        return
                 for payload in dec_feed(data):
                     meter_feed(payload, now)
 

@@ -293,7 +293,10 @@ class Reactor:
         stream = _Stream(raw, parser)
         fd = raw.fileno()
         self._handlers[fd] = stream
-        self._ep.register(fd, select.EPOLLIN)
+        try:
+            self._ep.register(fd, select.EPOLLIN)
+        except FileExistsError:
+            self._ep.modify(fd, select.EPOLLIN)
         try:
             if not stream.event.wait(timeout_s):
                 raise RequestFailed("timeout", "no complete response in time")

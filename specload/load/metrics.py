@@ -47,6 +47,7 @@ class _Series:
     errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     truncated: int = 0
     chunks: int = 0
+    coalesced: int = 0
 
 
 class ClientMetrics:
@@ -69,6 +70,7 @@ class ClientMetrics:
         s.tokens["reasoning"] += r.tokens_reasoning
         s.tokens["content"] += r.tokens_content
         s.chunks += r.chunks
+        s.coalesced += r.chunks_coalesced
         if r.ok:
             s.outcomes["ok"] += 1
             h = s.hists
@@ -126,8 +128,13 @@ class ClientMetrics:
             "specload_client_chunks", "Stream chunks carrying tokens (tokens per chunk = "
             "output tokens / chunks).", labels=LABELS,
         )
+        coalesced = CounterMetricFamily(
+            "specload_client_coalesced_chunk_gaps", "Gaps between chunks of 0 s (several events "
+            "read at once): there, per-chunk ITL is not measurable (TPOT is).", labels=LABELS,
+        )
         for key, s in self._series.items():
             labels = list(key)
+            coalesced.add_metric(labels, s.coalesced)
             for channel, n in s.tokens.items():
                 tok.add_metric([*labels, channel], n)
             for outcome, n in s.outcomes.items():
@@ -136,7 +143,7 @@ class ClientMetrics:
                 err.add_metric([*labels, kind], n)
             trunc.add_metric(labels, s.truncated)
             chunks.add_metric(labels, s.chunks)
-        yield from (tok, req, err, trunc, chunks)
+        yield from (tok, req, err, trunc, chunks, coalesced)
         yield GaugeMetricFamily("specload_client_users", "Locust users running.",
                                 value=self._users())
         yield CounterMetricFamily(

@@ -414,7 +414,7 @@ CSV_COLUMNS = (
     "step", "category", "completed", "failed", "output_tokens", "reasoning_tokens",
     "content_tokens", "output_tokens_per_s", "median_ttft_ms", "p90_ttft_ms", "median_ttfct_ms",
     "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "median_itl_ms", "median_e2e_ms",
-    "tokens_per_chunk", "reasoning_truncated",
+    "tokens_per_chunk", "coalesced_gap_share", "reasoning_truncated",
 )
 
 
@@ -434,6 +434,9 @@ def stats_row(step: str, category: str, s: Stats) -> dict[str, Any]:
         "p99_tpot_ms": ms(s.tpot.quantile(0.99)), "median_itl_ms": ms(s.itl.quantile(0.5)),
         "median_e2e_ms": ms(s.e2e.quantile(0.5)),
         "tokens_per_chunk": f"{s.tokens_per_chunk:.3f}" if s.tokens_per_chunk else "",
+        "coalesced_gap_share": (
+            f"{s.coalesced_share:.3f}" if s.coalesced_share is not None else ""
+        ),
         "reasoning_truncated": s.reasoning_truncated,
     }
 

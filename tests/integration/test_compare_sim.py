@@ -4,7 +4,9 @@ the same variant, no significant difference.
 The three sweeps run at the same time, so a busy machine affects them alike; the two runs of
 the same variant share one server (two simulator processes on a loaded machine get different
 CPU shares, and a simulated step that waits for the CPU is a slower step — a real difference
-between servers, which is not what this test is about)."""
+between servers, which is not what this test is about). The simulator runs at only twice the
+reference speed with 64-token answers: a client descheduled for a few milliseconds on a busy
+machine must not weigh much against a whole answer's decode time."""
 
 from __future__ import annotations
 
@@ -15,8 +17,8 @@ from specload.compare.model import ALL, SAME, SLOWER, compare_runs, load_run
 
 pytestmark = pytest.mark.integration
 
-SIM = ["--time-scale", "5"]
-RUN = ["--concurrency", "2", "--warmup", "1", "--duration", "6", "--max-tokens", "32",
+SIM = ["--time-scale", "2"]
+RUN = ["--concurrency", "2", "--warmup", "1", "--duration", "8", "--max-tokens", "64",
        "--prompts", "builtin:math",
        "--metrics-address", "off", "--progress", "off", "--no-plots"]
 
@@ -46,12 +48,12 @@ def test_compare_ngram_slower_and_same_variant_same(sweep_sim, specload_popen, t
     cell = comp.levels[0].cells[(ALL, "tpot")]
     diff = cell.diffs[1]
     assert cell.verdicts[1] == SLOWER
-    assert diff.ci_low > 0  # the interval excludes zero
+    assert diff.ci_low > 0.02, diff  # the interval excludes zero, by a margin
     assert 0 < comp.levels[0].acceptance[1] < 1 and comp.levels[0].acceptance[0] is None
 
-    # the command line: regression beyond 1% fails CI, the same variant passes
+    # the command line for CI: ngram's regression fails it, the same variant passes
     out = str(tmp_path / "cmp")
     assert main(["compare", str(tmp_path / "baseline"), str(tmp_path / "ngram"), "--out", out,
-                 "--no-plots", "--fail-on-regression", "1"]) == 1
+                 "--no-plots", "--fail-on-regression", "2"]) == 1
     assert main(["compare", str(tmp_path / "baseline"), str(tmp_path / "baseline-again"),
-                 "--out", out, "--no-plots", "--fail-on-regression", "1"]) == 0
+                 "--out", out, "--no-plots", "--fail-on-regression", "5"]) == 0

@@ -11,6 +11,7 @@ from specload.baseline import FORMAT, load_baseline
 from specload.cli import main
 from specload.compare.model import FASTER, SAME, SLOWER, compare_runs, load_run
 from specload.compare.report import comparison_markdown
+from specload.compare.stats import block_length, bootstrap_difference
 from specload.errors import UsageError
 from specload.results import ResultsWriter
 from specload.results.aggregate import LevelAggregate, RecordView
@@ -112,3 +113,17 @@ def test_baseline_export(tmp_path, capsys):
     )
     assert main(["baseline", "export", str(a), "--out", str(tmp_path / "x" / "b.json")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_block_bootstrap_widens_the_interval_for_correlated_requests():
+    rng = random.Random(3)
+    # slow and fast stretches: requests that ran together share the server's state
+    a = [v for k in range(40) for v in [10.0 + 3.0 * (k % 2) + rng.gauss(0, 0.1)] * 4]
+    b = [v for k in range(40) for v in [13.0 - 3.0 * (k % 2) + rng.gauss(0, 0.1)] * 4]
+    pa, pb = sorted(a)[len(a) // 2], sorted(b)[len(b) // 2]
+    single = bootstrap_difference(a, b, point_a=pa, point_b=pb, n_boot=500)
+    blocked = bootstrap_difference(a, b, point_a=pa, point_b=pb, n_boot=500,
+                                   block_a=block_length(len(a), 4),
+                                   block_b=block_length(len(b), 4))
+    assert blocked.ci_high - blocked.ci_low > single.ci_high - single.ci_low
+    assert block_length(160, 4) == 5 and block_length(160, 16) == 16 and block_length(3, 8) == 3

@@ -104,6 +104,8 @@ def test_real_cpu_tp2_trace_has_shm_allreduce(vllm_profiled_tp2: Any) -> None:
         assert r.decode.allreduce_ratio is not None and 0 < r.decode.allreduce_ratio < 1
     assert j["decode_allreduce_ratio"] > 0
     assert "cpu_shm" in j["allreduce_kernels"]
-    # Every decode step all-reduces (twice per layer): about as many ops as layers x 2.
-    per_step = j["ranks"][0]["decode_allreduce_kernels_per_step"]
-    assert per_step is not None and per_step >= 1
+    # Every decode step all-reduces at least twice per layer (the tiny model has 2 layers;
+    # measured: 5 per step, the fifth for the vocab-parallel embedding).
+    for r in report.ranks:
+        per_step = r.decode.allreduce_kernels_per_step
+        assert per_step is not None and per_step >= 4
