@@ -48,6 +48,7 @@ from transformers import (
     LlamaForCausalLM,
     PreTrainedTokenizerFast,
 )
+from transformers.utils import logging as hf_logging
 
 SEED = 20261129
 HIDDEN = 128
@@ -256,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    hf_logging.disable_progress_bar()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     manifest: dict[str, object] = {"seed": SEED, "variants": {}}

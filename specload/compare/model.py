@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -115,12 +116,41 @@ def _label(level: Mapping[str, Any]) -> tuple[str, float]:
     return f"rate {rate:g}/s", rate
 
 
-def _samples(records: Sequence[RecordView], measure: str, duration_s: float) -> list[float]:
-    if measure == "output_throughput":
-        # each request's share of the throughput (failures add 0): throughput = sum
-        if duration_s <= 0:
-            return []
-        return [float(r.tokens_output) / duration_s if r.ok else 0.0 for r in records]
+THROUGHPUT_BINS = 10
+
+
+def _throughput_bins(
+    records: Sequence[RecordView], duration_s: float, window_start: float | None
+) -> list[float]:
+    """Output tok/s in equal time bins of the window, by request start: their mean is the
+    level's throughput, and their spread (a slow stretch, a lucky one) is its uncertainty."""
+    if duration_s <= 0 or not records:
+        return []
+    width = duration_s / THROUGHPUT_BINS
+    bins = [0.0] * THROUGHPUT_BINS
+    start = window_start
+    if start is None:
+        start = min(float(r.raw.get("start_s") or 0.0) for r in records)
+    for r in records:
+        if not r.ok:
+            continue
+        offset = float(r.raw.get("start_s") or start) - start
+        index = min(THROUGHPUT_BINS - 1, max(0, int(offset // width)))
+        bins[index] += r.tokens_output / width
+    return bins
+
+
+def _window_start(level: Mapping[str, Any]) -> float | None:
+    text = level.get("window_started_at")
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(str(text)).timestamp()
+    except ValueError:
+        return None
+
+
+def _samples(records: Sequence[RecordView], measure: str) -> list[float]:
     out = []
     for r in records:
         if r.ok:
@@ -187,23 +217,25 @@ def compare_runs(
                     recs = steps.get(name, [])
                     if cat != ALL:
                         recs = [r for r in recs if r.category == cat]
-                    duration = float((run.level(name) or {}).get("duration") or 0.0)
-                    samples = _samples(recs, measure.key, duration)
-                    per_run.append(samples)
                     info = run.level(name) or {}
-                    users = int(info.get("concurrency") or info.get("max_concurrency") or 1)
-                    blocks.append(block_length(len(samples), users))
                     if measure.key == "output_throughput":
-                        points.append(sum(samples) if samples else None)
+                        duration = float(info.get("duration") or 0.0)
+                        samples = _throughput_bins(recs, duration, _window_start(info))
+                        blocks.append(1)
+                        points.append(sum(samples) / len(samples) if samples else None)
                     else:
+                        samples = _samples(recs, measure.key)
+                        users = int(info.get("concurrency") or info.get("max_concurrency") or 1)
+                        blocks.append(block_length(len(samples), users))
                         points.append(median(samples) if samples else None)
+                    per_run.append(samples)
                 diffs: list[Difference | None] = [None]
                 for i in range(1, len(runs)):
                     pa, pb = points[0], points[i]
                     if pa is None or pb is None:
                         diffs.append(None)
                         continue
-                    stat = _sum_stat if measure.key == "output_throughput" else None
+                    stat = _mean_stat if measure.key == "output_throughput" else None
                     kwargs: dict[str, Any] = {} if stat is None else {"stat": stat}
                     diffs.append(
                         bootstrap_difference(
@@ -234,5 +266,5 @@ def compare_runs(
     )
 
 
-def _sum_stat(matrix: Any) -> Any:
-    return np.sum(matrix, axis=1)
+def _mean_stat(matrix: Any) -> Any:
+    return np.mean(matrix, axis=1)

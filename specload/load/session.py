@@ -47,6 +47,7 @@ log = logging.getLogger("specload.load")
 MSG_RECORDS = "specload:records"
 MSG_STEP = "specload:step"
 FLUSH_INTERVAL_S = 0.25
+DRAIN_TIMEOUT_S = 10.0
 
 RecordCallback = Callable[[RequestRecord], None]
 
@@ -56,6 +57,7 @@ class _WorkerCount:
     started: int = 0
     received: int = 0
     missing_logged: bool = False
+    greeted: bool = False
 
 
 class LoadSession:
@@ -80,10 +82,13 @@ class LoadSession:
         self._prompts: list[Prompt] | None = None
         self._sampler: PromptSampler | None = None
         self._tokenizer: TokenCounter | None = None
+        self._prompts_spec: str | None = None
+        self._tokenizer_path = ""
         self._settings: ChatSettings | None = None
         self._settings_lock = gevent.lock.Semaphore()
         self._greenlets: list[gevent.Greenlet] = []
         self._records_out: BinaryIO | None = None
+        self._said_hello = False
 
     # -- public API ---------------------------------------------------------
     def subscribe(self, callback: RecordCallback) -> None:
@@ -135,15 +140,14 @@ class LoadSession:
             try:
                 validate(opts)
                 self._load_prompts()
-                if opts.tokenizer and not isinstance(runner, MasterRunner):
-                    from specload.load.tokenizer import LocalTokenizer  # noqa: PLC0415
-
-                    self._tokenizer = LocalTokenizer(opts.tokenizer)
+                if not isinstance(runner, MasterRunner):
+                    self._load_tokenizer()
             except UsageError as exc:
                 raise SystemExit(f"specload: error: {exc}") from None
         if isinstance(runner, MasterRunner):
             self.role = "master"
             runner.register_message(MSG_RECORDS, self._on_records)
+            self._drain_before_quit(runner)
             self.environment.events.worker_connect.add_listener(self._on_worker_connect)
             self._greenlets.append(gevent.spawn(self._watch_workers))
         elif isinstance(runner, WorkerRunner):
@@ -203,12 +207,27 @@ class LoadSession:
 
     # -- users (local and worker processes) --------------------------------
     def _load_prompts(self) -> list[Prompt]:
-        if self._prompts is None:
-            spec = getattr(self.options, "prompts", "builtin") if self.options else "builtin"
+        # Workers get the master's options with the first spawn message (Locust updates
+        # parsed_options in place): reload when the prompt set named there changed.
+        spec = getattr(self.options, "prompts", "builtin") if self.options else "builtin"
+        if self._prompts is None or spec != self._prompts_spec:
             self._prompts = load_prompt_set(spec)
+            self._prompts_spec = spec
+            self._sampler = None
         return self._prompts
 
+    def _load_tokenizer(self) -> None:
+        path = getattr(self.options, "tokenizer", "") if self.options else ""
+        if path != self._tokenizer_path:
+            self._tokenizer_path = path
+            self._tokenizer = None
+            if path:
+                from specload.load.tokenizer import LocalTokenizer  # noqa: PLC0415
+
+                self._tokenizer = LocalTokenizer(path)
+
     def next_prompt(self) -> Prompt:
+        self._load_prompts()
         if self._sampler is None:
             seed = getattr(self.options, "prompt_seed", 0) if self.options else 0
             index = getattr(self.environment.runner, "worker_index", 0) or 0
@@ -245,6 +264,7 @@ class LoadSession:
         return self._settings
 
     def new_requester(self) -> ChatRequester:
+        self._load_tokenizer()
         runner = self.environment.runner
         worker = str(getattr(runner, "client_id", "") or "") if self.role == "worker" else ""
         return ChatRequester(self.url, self.settings(), tokenizer=self._tokenizer, worker=worker)
@@ -296,8 +316,9 @@ class LoadSession:
     # -- worker side ---------------------------------------------------------
     def flush(self) -> None:
         runner = self.environment.runner
-        if runner is None or (not self._pending and self.started == 0):
+        if runner is None or (not self._pending and self.started == 0 and self._said_hello):
             return
+        self._said_hello = True  # the first message tells the master to send the step
         batch, self._pending = self._pending, []
         try:
             runner.send_message(MSG_RECORDS, {"records": batch, "started": self.started})
@@ -324,7 +345,12 @@ class LoadSession:
     def _on_records(self, environment: Any, msg: Any, **kw: Any) -> None:
         data = msg.data or {}
         count = self._workers.setdefault(msg.node_id, _WorkerCount())
-        count.started = max(count.started, int(data.get("started", 0)))
+        count.started = int(data.get("started", count.started))
+        if not count.greeted:
+            # A worker's first message: it may have missed the step sent when it connected
+            # (before its handlers were registered).
+            count.greeted = True
+            self._send_step(msg.node_id, count)
         for d in data.get("records", ()):
             count.received += 1
             try:
@@ -334,8 +360,32 @@ class LoadSession:
                 continue
             self._publish(record)
 
+    def _drain_before_quit(self, runner: Any) -> None:
+        """Make ``quit`` stop the workers first and wait for their last records.
+
+        A headless distributed run ends with the master's ``quit()``, which tells the
+        workers to quit and exits 0.5 s later: requests that finish during the
+        workers' ``--stop-timeout`` (and their records) would be lost. Stopping first
+        (workers finish their requests, as with the web UI's stop) keeps them.
+        """
+        original_quit = runner.quit
+
+        def quit_after_drain() -> None:
+            try:
+                if runner.state not in ("ready", "stopped") and runner.clients.all:
+                    runner.stop()
+                deadline = time.monotonic() + DRAIN_TIMEOUT_S
+                while self.in_flight() > 0 and time.monotonic() < deadline:
+                    gevent.sleep(0.05)
+            finally:
+                original_quit()
+
+        runner.quit = quit_after_drain
+
     def _on_worker_connect(self, client_id: str, **kw: Any) -> None:
-        self._workers.setdefault(client_id, _WorkerCount())
+        self._send_step(client_id, self._workers.setdefault(client_id, _WorkerCount()))
+
+    def _send_step(self, client_id: str, count: _WorkerCount) -> None:
         runner = self.environment.runner
         if runner is not None:
             runner.send_message(

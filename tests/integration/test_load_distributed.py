@@ -41,7 +41,8 @@ def run_distributed(tmp_path: Path, host: str, *, seconds: int, kill_after: floa
                     "--master-bind-port", str(master_port), "--headless", "--expect-workers", "2",
                     "--host", host, "-u", str(users), "-r", str(users), "-t", f"{seconds}s",
                     "--records-file", str(records), "--csv", str(tmp_path / "m"),
-                    "--metrics-address", f"127.0.0.1:{metrics_port}", "--stop-timeout", "5"],
+                    "--metrics-address", f"127.0.0.1:{metrics_port}", "--stop-timeout", "5",
+                    "--prompts", "builtin:math,coding", "--variant", "ngram"],
                    tmp_path / "master.log")
     workers = [start(["--worker", "--master-host", "127.0.0.1", "--master-port",
                       str(master_port)], tmp_path / f"worker{i}.log") for i in range(2)]
@@ -90,12 +91,17 @@ def test_master_merges_two_workers_exactly(load_sim, run_locust, tmp_path: Path)
     by_worker = Counter(r["worker"] for r in records)
     assert len(by_worker) == 2 and all(n > 10 for n in by_worker.values()), by_worker
     assert sum(by_worker.values()) == len(records)
-    # Locust's own merged request count (worker stats reports) equals the records the
-    # master received through specload:records.
-    chat_rows = [line.split(",") for line in result["stats_csv"].splitlines()
-                 if line.startswith('"CHAT"') or line.startswith("CHAT")]
-    assert sum(int(row[2]) for row in chat_rows) == len(records)
     assert all(r["tokens_output"] == 30 and r["ok"] for r in records)
+    # Options given to the master only reach the workers' users.
+    assert {r["category"] for r in records} == {"math", "coding"}
+    assert {r["variant"] for r in records} == {"ngram"}
+    # The server's own counts: every request it finished (users finish their request at
+    # the end: --stop-timeout) reached the master, and so did every token.
+    server = parse(httpx.get(sim.url + "/metrics").text)
+    served = server.get_family("vllm:request_success").total({"finished_reason": "stop"})
+    assert served == len(records)
+    assert server.get_family("vllm:generation_tokens").total() == sum(
+        r["tokens_output"] for r in records)
     # Percentiles match a single-process run (and the truth) within the histogram's error.
     single = run_locust(sim.url, users=16, seconds=4)
     dist_tpot = statistics.median(r["tpot_s"] for r in records)
