@@ -1,55 +1,129 @@
-"""``specload demo``: the whole story on simulated vLLM variants, no GPU needed.
+"""``specload demo``: the whole story on the local stack, no GPU needed.
 
-Stages, in order (each a small function over a shared :class:`DemoContext`, so
-later stages - exporter, Prometheus, boards, a reload watched live - slot in):
+Stages, in order (each a small function over a shared :class:`DemoContext`):
 
-1. start simulated ``baseline`` and ``ngram`` servers (``specload sim``) as processes;
-2. sweep each with ``specload run`` (closed loop, a few levels, short windows);
-3. compare them (``specload compare``): ngram decodes slower, with its acceptance rate;
-4. tell where the results and plots are.
+1. ``specload stack up`` under ``OUT/stack`` on free ports: one simulated
+   server ``baseline`` (the deployment), the exporter, Prometheus, Alertmanager;
+2. a baseline sweep (``specload run``) of it, ``baseline export``, and the
+   baseline served by the exporter (Prometheus shows it);
+3. ``stack reload baseline --as ngram``, watched live in Prometheus
+   (``specload_target_state``, reload elapsed, load progress), then the reload
+   duration the exporter recorded;
+4. an ngram sweep of the same server and the comparison (ngram slower), with
+   the acceptance rate from the sweep and from Prometheus;
+5. the alert state from Prometheus and Alertmanager, and the ratio behind
+   ``SpecloadTPOTRegression`` level by level;
+6. ``stack down`` (also on Ctrl-C and errors; ``--keep-stack`` keeps it), then
+   where the results, plots and the comparison are.
+
+The facts of the story are written to ``OUT/demo.json`` as they are learnt.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
+import httpx
+
+from specload.durations import parse_duration
 from specload.errors import UsageError
-from specload.results.writer import prepare_out_dir
-from specload.sweep.ports import free_port
-from specload.urls import parse_server_url
+from specload.results.writer import atomic_write_bytes, dump_json, prepare_out_dir
 
+#: The stack's one server: it starts as ``baseline`` and is reloaded into ``ngram``.
+SERVER = "baseline"
+RELOAD_AS = "ngram"
 VARIANTS = ("baseline", "ngram")
 
+#: Option defaults: (normal, --quick).
+DEFAULTS: dict[str, tuple[str, str]] = {
+    "concurrency": ("1,4,16", "1,4"),
+    "warmup": ("3s", "1s"),
+    "duration": ("20s", "4s"),
+    "max_tokens": ("128", "48"),
+    "time_scale": ("2", "5"),
+    "load_time": ("12s", "4s"),
+    "scrape_interval": ("1s", "500ms"),
+}
 
-@dataclass
-class Target:
-    variant: str
-    port: int
-    process: subprocess.Popen[bytes] | None = None
-    log_path: Path | None = None
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+class PrometheusAPI:
+    """The few Prometheus HTTP API calls the demo makes (instant queries, rules)."""
+
+    def __init__(self, url: str, timeout_s: float = 5.0) -> None:
+        self.url = url.rstrip("/")
+        self._client = httpx.Client(timeout=timeout_s)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _get(self, path: str, params: dict[str, str]) -> Any:
+        response = self._client.get(self.url + path, params=params)
+        response.raise_for_status()
+        body = response.json()
+        if body.get("status") != "success":
+            raise httpx.HTTPError(f"{path}: {body.get('error')}")
+        return body["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[tuple[dict[str, str], float]]:
+        params = {"query": expr}
+        if at is not None:
+            params["time"] = f"{at:.3f}"
+        data = self._get("/api/v1/query", params)
+        return [(r["metric"], float(r["value"][1])) for r in data.get("result", [])]
+
+    def value(self, expr: str, at: float | None = None) -> float | None:
+        """The first sample's value (None: no series, or NaN)."""
+        result = self.query(expr, at)
+        if not result or math.isnan(result[0][1]):
+            return None
+        return result[0][1]
+
+    def alert_rules(self) -> list[dict[str, Any]]:
+        data = self._get("/api/v1/rules", {"type": "alert"})
+        return [rule for group in data.get("groups", []) for rule in group.get("rules", [])]
 
 
 @dataclass
 class DemoContext:
     args: argparse.Namespace
     out: Path
-    targets: list[Target] = field(default_factory=list)
+    state_dir: Path
+    stack: dict[str, Any] = field(default_factory=dict)  # part name -> {url, ports, pid…}
+    prometheus: PrometheusAPI | None = None
     results: dict[str, Path] = field(default_factory=dict)
+    baseline_file: Path | None = None
     comparison: Path | None = None
-    cleanups: list[Callable[[], None]] = field(default_factory=list)
+    stack_running: bool = False
+    facts: dict[str, Any] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
 
     def say(self, text: str) -> None:
         print(text, flush=True)
+
+    def record(self, key: str, value: Any) -> None:
+        """Add a fact of the story to ``demo.json`` (written at once, atomically)."""
+        self.facts[key] = value
+        atomic_write_bytes(self.out / "demo.json", dump_json(self.facts))
+
+    @property
+    def server_url(self) -> str:
+        return str(self.stack[SERVER]["url"])
+
+    @property
+    def prom(self) -> PrometheusAPI:
+        assert self.prometheus is not None
+        return self.prometheus
 
 
 Stage = Callable[[DemoContext], None]
@@ -59,164 +133,441 @@ def _specload(*argv: str) -> list[str]:
     return [sys.executable, "-m", "specload", *argv]
 
 
-def start_targets(ctx: DemoContext) -> None:
-    args = ctx.args
-    scale = f", time scale {args.time_scale:g}x (ratios kept)" if args.time_scale != 1 else ""
-    ctx.say(f"== 1. starting simulated vLLM servers: {', '.join(VARIANTS)}{scale}")
-    for variant in VARIANTS:
-        target = Target(variant, free_port())
-        target.log_path = ctx.out / f"sim-{variant}.log"
-        cmd = _specload(
-            "sim",
-            "--variant",
-            variant,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(target.port),
-            "--time-scale",
-            f"{args.time_scale:g}",
-            "--seed",
-            str(args.seed),
-        )
-        log = target.log_path.open("wb")
-        target.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        ctx.targets.append(target)
-        ctx.cleanups.append(_stopper(target))
-    from specload.sweep import readiness  # noqa: PLC0415 (httpx)
+def _stack(*argv: str) -> int:
+    """``specload stack ARGV…`` in this process (its output goes to ours)."""
+    from specload.stack import cli as stack_cli  # noqa: PLC0415
 
-    for target in ctx.targets:
-        ready = readiness.wait_ready(parse_server_url(target.url), timeout_s=60)
-        ctx.say(f"   {target.variant}: {target.url} ready ({ready.models[0]})")
+    parser = argparse.ArgumentParser(prog="specload stack")
+    stack_cli.add_arguments(parser)
+    return stack_cli.run(parser.parse_args(list(argv)))
 
 
-def _stopper(target: Target) -> Callable[[], None]:
-    return lambda: _stop(target)
+# --- 1. stack up ------------------------------------------------------------------------------
 
 
-def _stop(target: Target) -> None:
-    proc = target.process
-    if proc is None or proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-def sweep_targets(ctx: DemoContext) -> None:
+def stack_up(ctx: DemoContext) -> None:
     args = ctx.args
     ctx.say(
-        f"== 2. sweeping each variant: concurrency {args.concurrency}, warm-up {args.warmup}, "
-        f"window {args.duration} per level, max_tokens {args.max_tokens}"
+        f"== 1. specload stack up: a simulated vLLM server '{SERVER}' (time scale "
+        f"{args.time_scale:g}x, ratios kept; each load takes {args.load_time_s:g}s here, ~30 min "
+        "for the 1T-parameter reference model), the exporter, Prometheus, Alertmanager"
     )
-    for target in ctx.targets:
-        out = ctx.out / target.variant
-        ctx.say(f"-- {target.variant}")
-        cmd = _specload(
-            "run",
-            "--host",
-            target.url,
-            "--variant",
-            target.variant,
-            "--concurrency",
-            args.concurrency,
-            "--warmup",
-            args.warmup,
-            "--duration",
-            args.duration,
-            "--max-tokens",
-            str(args.max_tokens),
-            "--prompt-seed",
-            str(args.seed),
-            "--out",
-            str(out),
-            "--metrics-address",
-            "off",
-            "--progress",
-            "auto" if sys.stdout.isatty() else "plain",
-        )
-        code = subprocess.call(cmd)
-        if code != 0:
-            raise UsageError(f"demo: the sweep of {target.variant} failed (exit {code}); see {out}")
-        ctx.results[target.variant] = out
+    from specload.stack.state import load  # noqa: PLC0415
+
+    ctx.baseline_file = ctx.out / "baseline" / "baseline.json"
+    ctx.baseline_file.unlink(missing_ok=True)  # the exporter must serve this run's baseline
+    ctx.stack_running = True  # from here on, a failure or Ctrl-C runs `stack down`
+    code = _stack(
+        "up",
+        "--state-dir", str(ctx.state_dir),
+        "--variants", SERVER,
+        "--free-ports",
+        "--load-time", f"{args.load_time_s:g}s",
+        "--time-scale", f"{args.time_scale:g}",
+        "--scrape-interval", args.scrape_interval,
+        "--baseline", str(ctx.baseline_file),
+        "--timeout", "120s",
+    )
+    if code != 0:
+        ctx.stack_running = False  # `up` stopped what it had started
+        raise UsageError(f"demo: the stack did not come up; logs in {ctx.state_dir / 'logs'}",
+                         exit_code=1)
+    state = load(ctx.state_dir)
+    assert state is not None
+    ctx.stack = {
+        p.name: {"kind": p.kind, "url": p.url, "ports": p.ports, "pid": p.pid,
+                 "start_ticks": p.start_ticks}
+        for p in state.parts
+    }
+    ctx.prometheus = PrometheusAPI(str(ctx.stack["prometheus"]["url"]))
+    ctx.record("stack", {"state_dir": str(ctx.state_dir), "parts": ctx.stack})
 
 
-def compare_results(ctx: DemoContext) -> None:
+# --- 2. baseline sweep --------------------------------------------------------------------------
+
+
+def _sweep(ctx: DemoContext, variant: str) -> Path:
+    """``specload run`` of the stack's server as ``variant``; Ctrl-C lets it finish cleanly."""
+    args = ctx.args
+    out = ctx.out / variant
+    cmd = _specload(
+        "run",
+        "--host", ctx.server_url,
+        "--variant", variant,
+        "--concurrency", args.concurrency,
+        "--warmup", args.warmup,
+        "--duration", args.duration,
+        "--max-tokens", str(args.max_tokens),
+        "--prompt-seed", str(args.seed),
+        "--ready-timeout", "2m",
+        "--out", str(out),
+        "--metrics-address", "off",
+        "--progress", "auto" if sys.stdout.isatty() else "plain",
+    )
+    proc = subprocess.Popen(cmd)
+    try:
+        code = proc.wait()
+    except BaseException:
+        # Ctrl-C reached it too (same terminal); SIGTERM to us did not: pass it on.
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    if code != 0:
+        raise UsageError(f"demo: the sweep of {variant} failed (exit {code}); see {out}",
+                         exit_code=1)
+    ctx.results[variant] = out
+    return out
+
+
+def baseline_sweep(ctx: DemoContext) -> None:
+    args = ctx.args
+    ctx.say(
+        f"== 2. baseline sweep of {ctx.server_url}: concurrency {args.concurrency}, warm-up "
+        f"{args.warmup}, window {args.duration} per level, max_tokens {args.max_tokens}"
+    )
+    from specload.baseline import baseline_from_summary  # noqa: PLC0415
+    from specload.results import read_summary  # noqa: PLC0415
+
+    out = _sweep(ctx, "baseline")
+    baseline = baseline_from_summary(read_summary(out), str(out))
+    assert ctx.baseline_file is not None
+    atomic_write_bytes(ctx.baseline_file, dump_json(baseline))
+    ctx.say(f"   specload baseline export {out} -> {ctx.baseline_file} "
+            f"({len(baseline['entries'])} entries), served by the exporter")
+    expr = f'specload_baseline_tpot_seconds{{variant="{SERVER}",quantile="0.5",category="all"}}'
+    seen = _wait_for(lambda: ctx.prom.query(expr), timeout_s=30)
+    levels = sorted(seen, key=lambda s: float(s[0].get("concurrency") or 0))
+    ctx.say("   Prometheus has it: baseline median TPOT " + ", ".join(
+        f"{v * 1000:.2f} ms at concurrency {m.get('concurrency')}" for m, v in levels))
+    ctx.record("baseline", {"file": str(ctx.baseline_file), "entries": len(baseline["entries"]),
+                            "in_prometheus": len(levels)})
+
+
+def _wait_for(check: Callable[[], Any], timeout_s: float, every_s: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout_s
+    result = check()
+    while not result and time.monotonic() < deadline:
+        time.sleep(every_s)
+        result = check()
+    return result
+
+
+# --- 3. reload watched in Prometheus ------------------------------------------------------------
+
+
+def _serving(url: str) -> bool:
+    try:
+        return httpx.get(url + "/health", timeout=0.5).is_success
+    except httpx.HTTPError:
+        return False
+
+
+def _watch_line(ctx: DemoContext, t: float) -> tuple[str, str]:
+    sel = f'{{variant="{SERVER}"}}'
+    states = ctx.prom.query(f"specload_target_state{sel} == 1")
+    state = states[0][0].get("state", "?") if states else "?"
+    elapsed = ctx.prom.value(f"specload_target_reload_elapsed_seconds{sel}")
+    progress = ctx.prom.value(f"specload_target_load_progress_ratio{sel}")
+    line = f"   t+{t:4.1f}s  Prometheus: specload_target_state {state}"
+    if elapsed is not None:
+        line += f", reload elapsed {elapsed:.1f}s"
+    if progress is not None:
+        line += f", load progress {progress:.0%}"
+    return state, line
+
+
+def reload_watched(ctx: DemoContext) -> None:
+    load_s = ctx.args.load_time_s
+    ctx.say(f"== 3. specload stack reload {SERVER} --as {RELOAD_AS}: the server closes its port "
+            f"for {load_s:g}s (vLLM does not listen while it loads), watched in Prometheus")
+    sel = f'{{variant="{SERVER}"}}'
+    reloads_before = ctx.prom.value(f"specload_target_reloads_total{sel}") or 0.0
+    code = _stack("reload", SERVER, "--as", RELOAD_AS, "--state-dir", str(ctx.state_dir))
+    if code != 0:
+        raise UsageError("demo: stack reload failed", exit_code=1)
+    t0 = time.monotonic()
+    down_at: float | None = None
+    up_at: float | None = None
+    seen_loading = False
+    last_state, last_print = "", -math.inf
+    period = max(1.0, load_s / 5)
+    deadline = t0 + 3 * load_s + 60
+    while time.monotonic() < deadline:
+        now = time.monotonic()
+        serving = _serving(ctx.server_url)
+        if not serving and down_at is None:
+            down_at = now
+        if serving and down_at is not None and up_at is None:
+            up_at = now
+        state, line = _watch_line(ctx, now - t0)
+        seen_loading = seen_loading or state == "loading"
+        if state != last_state or now - last_print >= period:
+            ctx.say(line)
+            last_state, last_print = state, now
+        if seen_loading and state == "ready" and up_at is not None:
+            break
+        time.sleep(0.2)
+    else:
+        raise UsageError(f"demo: {SERVER} did not come back within {3 * load_s + 60:g}s",
+                         exit_code=1)
+    true_s = (up_at - down_at) if down_at is not None and up_at is not None else None
+    reloads = _wait_for(
+        lambda: (ctx.prom.value(f"specload_target_reloads_total{sel}") or 0) > reloads_before,
+        timeout_s=10,
+    )
+    recorded = ctx.prom.value(f"specload_target_last_reload_duration_seconds{sel}")
+    expected = ctx.prom.value(f"specload_target_expected_reload_seconds{sel}")
+    ctx.say(
+        f"   reload recorded by the exporter: specload_target_last_reload_duration_seconds "
+        f"{'-' if recorded is None else f'{recorded:.1f}s'} (port closed for "
+        f"{'-' if true_s is None else f'{true_s:.1f}s'} as seen by the demo; expected "
+        f"{'-' if expected is None else f'{expected:g}s'}); now serving {RELOAD_AS}"
+    )
+    ctx.record("reload", {"as": RELOAD_AS, "load_time_s": load_s, "true_s": true_s,
+                          "recorded_s": recorded, "counted": bool(reloads),
+                          "expected_s": expected})
+
+
+# --- 4. ngram sweep and comparison --------------------------------------------------------------
+
+
+def _client_acceptance(summary: dict[str, Any]) -> float | None:
+    accepted = drafted = 0.0
+    for level in summary.get("levels", []):
+        server = level.get("server") or {}
+        a, d = server.get("spec_decode_num_accepted_tokens"), server.get(
+            "spec_decode_num_draft_tokens")
+        if a is not None and d:
+            accepted, drafted = accepted + float(a), drafted + float(d)
+    return accepted / drafted if drafted else None
+
+
+def ngram_sweep_and_compare(ctx: DemoContext) -> None:
+    ctx.say(f"== 4. {RELOAD_AS} sweep of the same server, then the comparison "
+            "(95% bootstrap confidence intervals)")
+    out = _sweep(ctx, RELOAD_AS)
     from specload.compare.model import compare_runs, load_run  # noqa: PLC0415 (numpy)
     from specload.compare.plots import write_comparison_plots  # noqa: PLC0415 (matplotlib)
     from specload.compare.report import comparison_markdown, headline  # noqa: PLC0415
+    from specload.results import read_summary  # noqa: PLC0415
     from specload.results.writer import atomic_write_text  # noqa: PLC0415
 
-    ctx.say("== 3. comparing ngram against baseline (95% bootstrap confidence intervals)")
     runs = [load_run(ctx.results[v]) for v in VARIANTS]
     comp = compare_runs(runs)
-    out = ctx.out / "comparison"
-    out.mkdir(exist_ok=True)
-    atomic_write_text(out / "comparison.md", comparison_markdown(comp))
-    write_comparison_plots(runs, out)
-    ctx.comparison = out
-    for line in headline(comp):
+    cmp_dir = ctx.out / "comparison"
+    cmp_dir.mkdir(exist_ok=True)
+    atomic_write_text(cmp_dir / "comparison.md", comparison_markdown(comp))
+    write_comparison_plots(runs, cmp_dir)
+    ctx.comparison = cmp_dir
+    lines = headline(comp)
+    for line in lines:
         ctx.say("   " + line)
+    client = _client_acceptance(read_summary(out))
+    prom = ctx.prom.value(
+        f'specload_spec_decode_acceptance_ratio{{variant="{SERVER}",window="lifetime"}}')
+    ctx.say(
+        f"   {RELOAD_AS} acceptance rate: {'-' if client is None else f'{client:.3f}'} from the "
+        f"sweep's /metrics scrapes (measured windows), {'-' if prom is None else f'{prom:.3f}'} "
+        "in Prometheus (specload_spec_decode_acceptance_ratio, since the reload)"
+    )
+    ctx.record("comparison", {"dir": str(cmp_dir), "headline": lines,
+                              "acceptance_client": client, "acceptance_prometheus": prom})
+
+
+# --- 5. alerts ----------------------------------------------------------------------------------
+
+
+def _iso_ts(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def _ratios_per_level(ctx: DemoContext) -> list[dict[str, Any]]:
+    """Server mean TPOT over each ngram level's window / baseline median at that level."""
+    from specload.results import read_summary  # noqa: PLC0415
+
+    rows: list[dict[str, Any]] = []
+    for level in read_summary(ctx.results[RELOAD_AS]).get("levels", []):
+        start, end = level.get("window_started_at"), level.get("window_ended_at")
+        conc = level.get("concurrency")
+        if not start or not end or conc is None:
+            continue
+        end_ts = _iso_ts(end)
+        window_ms = max(1000, round((end_ts - _iso_ts(start)) * 1000))
+        name = "vllm:request_time_per_output_token_seconds"
+        sel = f'{{variant="{SERVER}"}}'
+        window = f"[{window_ms}ms]"
+        expr = (
+            f"(sum(rate({name}_sum{sel}{window})) / sum(rate({name}_count{sel}{window})))"
+            f' / on() max(specload_baseline_tpot_seconds{{variant="{SERVER}",quantile="0.5",'
+            f'category="all",concurrency="{conc}"}})'
+        )
+        rows.append({"concurrency": conc, "ratio": ctx.prom.value(expr, at=end_ts)})
+    return rows
+
+
+def alert_state(ctx: DemoContext) -> None:
+    ctx.say("== 5. alert state (Prometheus rules and Alertmanager)")
+    rules = ctx.prom.alert_rules()
+    by_state: dict[str, list[str]] = {}
+    for alert in rules:
+        by_state.setdefault(str(alert.get("state", "?")), []).append(str(alert.get("name")))
+    for state in ("firing", "pending", "inactive"):
+        names = by_state.get(state, [])
+        ctx.say(f"   {state:<8} {len(names)}: {', '.join(sorted(names)) or '-'}")
+    am_url = ctx.stack["alertmanager"]["url"]
+    received = httpx.get(f"{am_url}/api/v2/alerts", timeout=5).json()
+    ctx.say(f"   Alertmanager ({am_url}) holds {len(received)} alert(s)"
+            + (": " + ", ".join(a["labels"].get("alertname", "?") for a in received)
+               if received else ""))
+    margin = ctx.prom.value("specload:tpot_regression_margin:ratio") or 0.10
+    rows = _ratios_per_level(ctx)
+    for row in rows:
+        ratio = row["ratio"]
+        verdict = "-" if ratio is None else ("above" if ratio > 1 + margin else "below")
+        ctx.say(
+            f"   TPOT of '{SERVER}' (now {RELOAD_AS}) / its baseline at concurrency "
+            f"{row['concurrency']}: {'-' if ratio is None else f'{ratio:.2f}x'} "
+            f"({verdict} the alert's threshold {1 + margin:.2f}x)"
+        )
+    rule: dict[str, Any] | None = next(
+        (r for r in rules if r.get("name") == "SpecloadTPOTRegression"), None)
+    rule_ratio = ctx.prom.value(
+        f'variant_model:specload_tpot_seconds:baseline_ratio_5m{{variant="{SERVER}"}}')
+    load = ctx.prom.value(f'variant_model:specload_load_concurrency:avg5m{{variant="{SERVER}"}}')
+    if rule_ratio is not None:
+        now = f"now {rule_ratio:.2f}x"
+    elif load is not None:
+        now = f"no value now: the 5m average load, {load:.1f} in flight, matches no baseline level"
+    else:
+        now = "no value now"
+    hold_s = float(rule.get("duration", 600)) if rule else 600.0
+    ctx.say(
+        f"   SpecloadTPOTRegression is {rule.get('state') if rule else 'not loaded'}: it judges "
+        "this ratio over 5m windows at the load-matched baseline level (recording rule "
+        f"variant_model:specload_tpot_seconds:baseline_ratio_5m, {now}), stays silent for 5m "
+        f"after a reload, and the ratio must stay above {1 + margin:.2f}x for {hold_s / 60:g}m: "
+        f"under steady {RELOAD_AS} load at a swept level it fires about {5 + hold_s / 60:g} min "
+        "after the reload, longer than this demo"
+    )
+    ctx.record("alerts", {"rules": by_state, "alertmanager": len(received),
+                          "tpot_ratio_per_level": rows, "tpot_ratio_5m_rule": rule_ratio,
+                          "load_concurrency_5m": load,
+                          "regression_state": rule.get("state") if rule else None})
+
+
+# --- 6. down, and where things are --------------------------------------------------------------
+
+
+def stack_down(ctx: DemoContext) -> None:
+    if ctx.args.keep_stack:
+        prom = ctx.stack["prometheus"]["url"]
+        ctx.say("== 6. the stack keeps running (--keep-stack)")
+        ctx.say(f"   Prometheus {prom}/graph  (alerts {prom}/alerts, targets {prom}/targets); "
+                f"Alertmanager {ctx.stack['alertmanager']['url']}")
+        ctx.say("   Grafana: import grafana/dashboards/*.json with this Prometheus as data source "
+                "(or docker compose in deploy/compose/ for a provisioned one)")
+        ctx.say(f"   stop it with: specload stack down --state-dir {ctx.state_dir}")
+        return
+    ctx.say("== 6. specload stack down")
+    _down(ctx)
+
+
+def _down(ctx: DemoContext) -> None:
+    if not ctx.stack_running:
+        return
+    ctx.stack_running = False
+    if ctx.prometheus is not None:
+        ctx.prometheus.close()
+    _stack("down", "--state-dir", str(ctx.state_dir))
 
 
 def tell_where(ctx: DemoContext) -> None:
-    ctx.say("== 4. results")
+    ctx.say("== results")
     for variant, path in ctx.results.items():
-        ctx.say(
-            f"   {variant}: {path}/summary.md, summary.json, requests.jsonl, tpot.png, "
-            "throughput.png"
-        )
+        ctx.say(f"   {variant}: {path}/summary.md, summary.json, requests.jsonl, tpot.png, "
+                "throughput.png")
+    if ctx.baseline_file is not None and ctx.baseline_file.exists():
+        ctx.say(f"   baseline for the exporter and alerts: {ctx.baseline_file}")
     if ctx.comparison is not None:
-        ctx.say(
-            f"   comparison: {ctx.comparison}/comparison.md, compare_tpot.png, "
-            "compare_throughput.png"
-        )
-    ctx.say("   next: specload baseline export " + str(ctx.results.get("baseline", "DIR")))
+        ctx.say(f"   comparison: {ctx.comparison}/comparison.md, compare_tpot.png, "
+                "compare_throughput.png")
+    ctx.say(f"   the story's facts: {ctx.out / 'demo.json'}; stack logs: {ctx.state_dir / 'logs'}")
+    if not ctx.args.keep_stack:
+        ctx.say("   to look around in Prometheus afterwards: specload demo --keep-stack")
 
 
-STAGES: list[Stage] = [start_targets, sweep_targets, compare_results, tell_where]
+STAGES: list[Stage] = [
+    stack_up, baseline_sweep, reload_watched, ngram_sweep_and_compare, alert_state, stack_down,
+    tell_where,
+]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--out",
-        default="demo-results",
-        metavar="DIR",
-        help="where results go (default demo-results/)",
-    )
-    parser.add_argument("--concurrency", default="1,4,16", help="levels (default 1,4,16)")
-    parser.add_argument("--warmup", default="3s", help="warm-up per level (default 3s)")
-    parser.add_argument("--duration", default="20s", help="measured window per level (default 20s)")
-    parser.add_argument(
-        "--max-tokens", type=int, default=128, help="max_tokens per request (default 128)"
-    )
-    parser.add_argument(
-        "--time-scale",
-        type=float,
-        default=2.0,
-        help="run the simulated servers this many times faster, ratios kept (default 2)",
-    )
-    parser.add_argument("--seed", type=int, default=0, help="seed of prompts and simulators")
+    def default(key: str) -> str:
+        normal, quick = DEFAULTS[key]
+        return f"default {normal}; --quick {quick}"
+
+    parser.add_argument("--out", default="demo-results", metavar="DIR",
+                        help="where results and the stack's state go (default demo-results/)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a short run (about a minute) with the same story, for tests")
+    parser.add_argument("--keep-stack", action="store_true",
+                        help="leave the stack running at the end (Prometheus, Alertmanager…)")
+    parser.add_argument("--concurrency", help=f"levels ({default('concurrency')})")
+    parser.add_argument("--warmup", help=f"warm-up per level ({default('warmup')})")
+    parser.add_argument("--duration", help=f"measured window per level ({default('duration')})")
+    parser.add_argument("--max-tokens", type=int,
+                        help=f"max_tokens per request ({default('max_tokens')})")
+    parser.add_argument("--time-scale", type=float,
+                        help="run the simulated server this many times faster, ratios kept "
+                        f"({default('time_scale')})")
+    parser.add_argument("--load-time",
+                        help=f"the simulated (re)load time, wall clock ({default('load_time')})")
+    parser.add_argument("--scrape-interval",
+                        help=f"Prometheus scrape and exporter poll ({default('scrape_interval')})")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the prompts")
+
+
+def _resolve(args: argparse.Namespace) -> None:
+    for key, (normal, quick) in DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, quick if args.quick else normal)
+    args.max_tokens = int(args.max_tokens)
+    args.time_scale = float(args.time_scale)
+    if not args.time_scale > 0:
+        raise UsageError(f"--time-scale: {args.time_scale} must be positive")
+    args.load_time_s = parse_duration(args.load_time, name="--load-time", allow_zero=False)
+    parse_duration(args.scrape_interval, name="--scrape-interval", allow_zero=False)
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.time_scale <= 0:
-        raise UsageError(f"--time-scale: {args.time_scale} must be positive")
-    out = prepare_out_dir(args.out)
-    ctx = DemoContext(args, out)
-    start = time.monotonic()
+    _resolve(args)
+    out = prepare_out_dir(args.out).resolve()
+    ctx = DemoContext(args, out, out / "stack")
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    code = 0
     try:
         for stage in STAGES:
             stage(ctx)
+    except KeyboardInterrupt:
+        ctx.say("demo interrupted: stopping the stack")
+        code = 130
     finally:
-        for cleanup in reversed(ctx.cleanups):
-            cleanup()
-    ctx.say(f"demo done in {time.monotonic() - start:.0f}s")
-    return 0
+        try:
+            _down(ctx)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    ctx.say(f"demo {'done' if code == 0 else 'stopped'} in {time.monotonic() - ctx.started:.0f}s")
+    return code
 
 
-__all__ = ["STAGES", "DemoContext", "Stage", "Target", "add_arguments", "run"]
+__all__ = ["STAGES", "DemoContext", "PrometheusAPI", "Stage", "add_arguments", "run"]

@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     help="simulator time scale (faster than real time when > 1)")
     up.add_argument("--scrape-interval", default="5s",
                     help="Prometheus scrape/evaluation and exporter poll interval (default 5s)")
+    up.add_argument("--baseline", action="append", default=[], metavar="FILE",
+                    help="a `specload baseline export` file for the exporter to serve "
+                    "(repeatable; it may be written later, it is read when it appears)")
     up.add_argument("--timeout", default="120s",
                     help="how long to wait for every part to be healthy (default 120s)")
     up.add_argument("--repo", default=None,
@@ -132,6 +135,7 @@ def _options(args: argparse.Namespace, state_dir: Path) -> StackOptions:
         time_scale=time_scale,
         scrape_interval_s=parse_duration(args.scrape_interval, name="--scrape-interval",
                                          allow_zero=False),
+        baselines=tuple(Path(b).resolve() for b in getattr(args, "baseline", None) or ()),
     )
 
 

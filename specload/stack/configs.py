@@ -86,7 +86,9 @@ def target_groups(plan: Plan) -> dict[str, list[dict[str, Any]]]:
 
 def exporter_config(plan: Plan) -> dict[str, Any]:
     exporter = plan.part("exporter")
+    baselines = [str(path) for path in plan.options.baselines]
     return {
+        **({"baselines": baselines} if baselines else {}),
         "address": HOST,
         "port": exporter.ports["port"],
         "interval": _seconds(min(plan.options.scrape_interval_s, 5.0)),

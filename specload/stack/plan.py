@@ -56,6 +56,8 @@ class StackOptions:
     load_time_s: float = 10.0
     time_scale: float | None = None
     scrape_interval_s: float = 5.0
+    #: Baseline files (``specload baseline export``) the exporter serves; may appear later.
+    baselines: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
