@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
 import signal
 import subprocess
 import sys
@@ -155,19 +156,22 @@ def stack_up(ctx: DemoContext) -> None:
     from specload.stack.state import load  # noqa: PLC0415
 
     ctx.baseline_file = ctx.out / "baseline" / "baseline.json"
-    ctx.baseline_file.unlink(missing_ok=True)  # the exporter must serve this run's baseline
     ctx.stack_running = True  # from here on, a failure or Ctrl-C runs `stack down`
-    code = _stack(
-        "up",
-        "--state-dir", str(ctx.state_dir),
-        "--variants", SERVER,
-        "--free-ports",
-        "--load-time", f"{args.load_time_s:g}s",
-        "--time-scale", f"{args.time_scale:g}",
-        "--scrape-interval", args.scrape_interval,
-        "--baseline", str(ctx.baseline_file),
-        "--timeout", "120s",
-    )
+    try:
+        code = _stack(
+            "up",
+            "--state-dir", str(ctx.state_dir),
+            "--variants", SERVER,
+            "--free-ports",
+            "--load-time", f"{args.load_time_s:g}s",
+            "--time-scale", f"{args.time_scale:g}",
+            "--scrape-interval", args.scrape_interval,
+            "--baseline", str(ctx.baseline_file),
+            "--timeout", "120s",
+        )
+    except UsageError:
+        ctx.stack_running = False  # refused before starting anything
+        raise
     if code != 0:
         ctx.stack_running = False  # `up` stopped what it had started
         raise UsageError(f"demo: the stack did not come up; logs in {ctx.state_dir / 'logs'}",
@@ -267,12 +271,13 @@ def _serving(url: str) -> bool:
         return False
 
 
-def _watch_line(ctx: DemoContext, t: float) -> tuple[str, str]:
+def _watch_line(ctx: DemoContext, t0: float) -> tuple[str, str]:
     sel = f'{{variant="{SERVER}"}}'
     states = ctx.prom.query(f"specload_target_state{sel} == 1")
     state = states[0][0].get("state", "?") if states else "?"
     elapsed = ctx.prom.value(f"specload_target_reload_elapsed_seconds{sel}")
     progress = ctx.prom.value(f"specload_target_load_progress_ratio{sel}")
+    t = time.monotonic() - t0  # after the answers (a busy machine can delay them)
     line = f"   t+{t:4.1f}s  Prometheus: specload_target_state {state}"
     if elapsed is not None:
         line += f", reload elapsed {elapsed:.1f}s"
@@ -304,7 +309,7 @@ def reload_watched(ctx: DemoContext) -> None:
             down_at = now
         if serving and down_at is not None and up_at is None:
             up_at = now
-        state, line = _watch_line(ctx, now - t0)
+        state, line = _watch_line(ctx, t0)
         seen_loading = seen_loading or state == "loading"
         if state != last_state or now - last_print >= period:
             ctx.say(line)
@@ -465,6 +470,10 @@ def alert_state(ctx: DemoContext) -> None:
 
 def stack_down(ctx: DemoContext) -> None:
     if ctx.args.keep_stack:
+        ctx.stack_running = False  # not stopped at exit (Ctrl-C or an error before here does)
+        if ctx.prometheus is not None:
+            ctx.prometheus.close()
+        ctx.record("stack_down", False)
         prom = ctx.stack["prometheus"]["url"]
         ctx.say("== 6. the stack keeps running (--keep-stack)")
         ctx.say(f"   Prometheus {prom}/graph  (alerts {prom}/alerts, targets {prom}/targets); "
@@ -484,6 +493,7 @@ def _down(ctx: DemoContext) -> None:
     if ctx.prometheus is not None:
         ctx.prometheus.close()
     _stack("down", "--state-dir", str(ctx.state_dir))
+    ctx.record("stack_down", True)
 
 
 def tell_where(ctx: DemoContext) -> None:
@@ -517,7 +527,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="a short run (about a minute) with the same story, for tests")
     parser.add_argument("--keep-stack", action="store_true",
-                        help="leave the stack running at the end (Prometheus, Alertmanager…)")
+                        help="leave the stack running when the demo completes (Prometheus, "
+                        "Alertmanager…); Ctrl-C or an error still stops it")
     parser.add_argument("--concurrency", help=f"levels ({default('concurrency')})")
     parser.add_argument("--warmup", help=f"warm-up per level ({default('warmup')})")
     parser.add_argument("--duration", help=f"measured window per level ({default('duration')})")
@@ -545,6 +556,33 @@ def _resolve(args: argparse.Namespace) -> None:
     parse_duration(args.scrape_interval, name="--scrape-interval", allow_zero=False)
 
 
+OUTPUTS = ("baseline", "ngram", "comparison", "stack", "demo.json")
+
+
+def _clear_previous(out: Path) -> None:
+    """Remove a previous demo's outputs from ``out`` (results files are appended to)."""
+    from specload.stack.cli import part_health  # noqa: PLC0415
+    from specload.stack.state import load  # noqa: PLC0415
+
+    state_dir = out / "stack"
+    previous = load(state_dir)
+    if previous is not None and any(part_health(p) != "stopped" for p in previous.parts):
+        raise UsageError(
+            f"--out: a stack is still running in {state_dir} (--keep-stack?); stop it with "
+            f"`specload stack down --state-dir {state_dir}` or give another --out"
+        )
+    present = [name for name in OUTPUTS if (out / name).exists()]
+    if present and not (out / "demo.json").exists():
+        raise UsageError(f"--out {str(out)!r}: holds {', '.join(present)} not written by the "
+                         "demo; give an empty or new directory")
+    for name in present:
+        path = out / name
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+
+
 def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
@@ -552,7 +590,9 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
 def run(args: argparse.Namespace) -> int:
     _resolve(args)
     out = prepare_out_dir(args.out).resolve()
+    _clear_previous(out)
     ctx = DemoContext(args, out, out / "stack")
+    ctx.record("options", {k: getattr(args, k) for k in (*DEFAULTS, "quick", "keep_stack")})
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     code = 0
     try:
@@ -566,7 +606,9 @@ def run(args: argparse.Namespace) -> int:
             _down(ctx)
         finally:
             signal.signal(signal.SIGTERM, previous)
-    ctx.say(f"demo {'done' if code == 0 else 'stopped'} in {time.monotonic() - ctx.started:.0f}s")
+    wall_s = time.monotonic() - ctx.started
+    ctx.record("wall_s", round(wall_s, 1))
+    ctx.say(f"demo {'done' if code == 0 else 'stopped'} in {wall_s:.0f}s")
     return code
 
 

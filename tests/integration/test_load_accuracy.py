@@ -8,8 +8,10 @@ at concurrency 1 and 64.
 
 Timings are medians of the requests started after the first request ended: the
 first round is warm-up (Locust starts all users in the same instant, and the
-simulator needs ~40 ms to take 64 simultaneous requests in — the server's
-lateness, not the client's). Token counts are checked on every request.
+simulator needs tens of ms to take 64 simultaneous requests in — the server's
+lateness, not the client's). Users pause 0-0.3 s between requests so they do
+not stay in lockstep (tests/fixtures/load_jitter_locustfile.py). Token counts
+are checked on every request.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import statistics
 from dataclasses import dataclass
 
 import pytest
+
+from tests.fixtures.load import JITTER_LOCUSTFILE
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -81,7 +85,8 @@ def test_medians_within_1pct_and_counts_exact(load_sim, run_locust, case: Case) 
     sim = load_sim(case.sim_args())
     for users, seconds in ((1, 6), (64, 6)):
         run = run_locust(sim.url, users=users, seconds=seconds,
-                         args=["--max-tokens", str(case.max_tokens)])
+                         args=["--max-tokens", str(case.max_tokens)],
+                         locustfile=JITTER_LOCUSTFILE)
         assert run.returncode == 0, run.stderr[-2000:]
         ok = run.ok()
         assert len(ok) == len(run.records), [r["error_kind"] for r in run.records]
