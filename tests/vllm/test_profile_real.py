@@ -95,6 +95,10 @@ def test_real_cpu_tp2_trace_has_shm_allreduce(vllm_profiled_tp2: Any) -> None:
     # The TP 2 workers start their profilers seconds after /start_profile returns
     # (a 3 s capture recorded 80 ms and one step): capture longer.
     result = _capture_under_load(vllm_profiled_tp2, 8.0)
+    if result.report.decode_steps == 0:
+        # On a busy machine the workers' profilers may start after the window: once more,
+        # longer. The analysis is still checked on what the second capture holds.
+        result = _capture_under_load(vllm_profiled_tp2, 16.0)
     report = result.report
     j = report.to_json()
     assert sorted(r.rank for r in report.ranks) == [0, 1]
