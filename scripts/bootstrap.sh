@@ -43,8 +43,13 @@ ensure_venv() {
     fi
     log "creating $VENV"
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -e "$ROOT[dev]"
+    local pip_log="$VENV/pip-install.log"
+    if ! { "$VENV/bin/python" -m pip install --upgrade pip &&
+           "$VENV/bin/python" -m pip install -e "$ROOT[dev]"; } >"$pip_log" 2>&1; then
+        tail -n 40 "$pip_log" >&2
+        log "pip install failed (full log: $pip_log)"
+        exit 1
+    fi
     echo "$want" >"$stamp"
 }
 

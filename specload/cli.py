@@ -47,7 +47,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("exporter", "exporter.cli", "export vLLM variants' metrics to Prometheus"),
     Subcommand("profile", "specload.profile.cli", "capture and analyse vLLM profiler traces"),
     Subcommand("stack", "specload.stack.cli", "start/stop the local stack as processes"),
-    Subcommand("deploy", "specload.deploy.cli", "generate deployment files (systemd units)"),
+    Subcommand("deploy", "specload.deploy.cli", "generate systemd units and Kubernetes manifests"),
 )
 
 
@@ -58,18 +58,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 
-def _available() -> list[tuple[Subcommand, _Command]]:
-    found: list[tuple[Subcommand, _Command]] = []
-    for sub in SUBCOMMANDS:
-        try:
-            mod = importlib.import_module(sub.module)
-        except ModuleNotFoundError as exc:
-            # A subcommand whose module is not built yet is not offered.
-            if exc.name is not None and sub.module.startswith(exc.name):
-                continue
-            raise
-        found.append((sub, cast(_Command, mod)))
-    return found
+def _modules() -> list[tuple[Subcommand, _Command]]:
+    return [(sub, cast(_Command, importlib.import_module(sub.module))) for sub in SUBCOMMANDS]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     subparsers.required = True
-    for sub, mod in _available():
+    for sub, mod in _modules():
         sp = subparsers.add_parser(sub.name, help=sub.help, description=sub.help)
         mod.add_arguments(sp)
         sp.set_defaults(_run=mod.run)
