@@ -36,7 +36,7 @@ import gevent.event
 from gevent import monkey
 
 _perf = time.perf_counter
-_RECV = 65536
+_RECV = 16384  # per read; smaller buffers allocate faster, more data waits for the next round
 _MAX_HEAD = 65536
 _MAX_ERROR_BODY = 4096
 _YIELD_EVERY_S = 0.002

@@ -25,7 +25,10 @@ from prometheus_client.core import (
 
 from specload.errors import UsageError
 from specload.histogram import ITL_BUCKETS_S, LATENCY_BUCKETS_S, BucketCounts
-from specload.load.records import RequestRecord
+from specload.load.records import ERROR_KINDS, RequestRecord
+
+#: Error classes with a fixed name (HTTP statuses are ``http_<code>``, created on use).
+FIXED_ERROR_KINDS = tuple(k for k in ERROR_KINDS if not k.startswith("http_"))
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +142,10 @@ class ClientMetrics:
                 tok.add_metric([*labels, channel], n)
             for outcome, n in s.outcomes.items():
                 req.add_metric([*labels, outcome], n)
-            for kind, n in sorted(s.errors.items()):
+            # The fixed error classes exist from the first scrape at 0, so the first
+            # error of a kind is a visible increase to rate()/increase().
+            errors = dict.fromkeys(FIXED_ERROR_KINDS, 0) | dict(s.errors)
+            for kind, n in sorted(errors.items()):
                 err.add_metric([*labels, kind], n)
             trunc.add_metric(labels, s.truncated)
             chunks.add_metric(labels, s.chunks)

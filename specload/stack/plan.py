@@ -30,7 +30,7 @@ DEFAULT_PORTS: Mapping[str, int] = {
     "alertmanager": 9093,
     "locust-web": 8089,
     "locust-master": 5557,
-    "loadgen-metrics": 9401,
+    "loadgen-metrics": 9647,
 }
 
 

@@ -76,6 +76,9 @@ def test_client_metrics_families_and_labels() -> None:
     assert reg.get_sample_value("specload_client_requests_total", {**labels, "outcome": "ok"}) == 3
     assert reg.get_sample_value("specload_client_errors_total",
                                 {**labels, "kind": "http_503"}) == 1
+    # the fixed classes exist at 0 before their first error (rate() sees the first one)
+    for kind in ("refused", "reset", "timeout", "malformed", "no_done", "protocol"):
+        assert reg.get_sample_value("specload_client_errors_total", {**labels, "kind": kind}) == 0
     assert reg.get_sample_value("specload_client_output_tokens_total",
                                 {**labels, "channel": "reasoning"}) == 32
     assert reg.get_sample_value("specload_client_ttft_seconds_count", labels) == 3
