@@ -62,10 +62,16 @@ def test_recovers_simulator_truth(family: str, sim_factory: Callable[..., Any]) 
     sim = sim_factory(["--allreduce-kernel", family, "--tp", str(tp), *timing,
                        "--profiler-max-steps", "100"])
     trace_dir: Path = sim.profiler_dir
-    result = capture(parse_server_url(sim.url), trace_dir, 0.0,
-                     during=_batch_1_then_32(sim.url), settle_s=10.0)
+    # The 32 requests must share steps for batch 32 to exist; when a straggler on this
+    # 2-core machine splits them, the capture is repeated (the precondition, not the
+    # analysis, failed).
+    for _attempt in range(3):
+        result = capture(parse_server_url(sim.url), trace_dir, 0.0,
+                         during=_batch_1_then_32(sim.url), settle_s=10.0)
+        truth = json.loads((trace_dir / "truth.json").read_text())
+        if "32" in truth["by_batch_size"]:
+            break
     got = result.report.to_json()
-    truth = json.loads((trace_dir / "truth.json").read_text())
     assert truth["allreduce_family"] == family
     assert len(got["ranks"]) == truth["tp"] == tp
     assert got["decode_steps"] == truth["decode_steps"] > 0

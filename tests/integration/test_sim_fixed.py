@@ -92,7 +92,10 @@ def test_fixed_timing_exact_under_64_streams(sim_factory: Callable[..., SimHandl
     expo = promtext.parse(httpx.get(sim.url + "/metrics").text)
     ttft = expo["vllm:time_to_first_token_seconds"].sum_count()
     assert ttft is not None and ttft[1] == 64
-    assert 0 <= ttft[0] / ttft[1] - TTFT < 0.010, ttft[0] / ttft[1]
+    # 64 requests arrive at once on 2 cores shared with this client: their first chunks
+    # are due at the same instant, so the mean is late by up to the time to write 64
+    # responses (measured 1-17 ms in CI); never early.
+    assert 0 <= ttft[0] / ttft[1] - TTFT < 0.025, ttft[0] / ttft[1]
     itl = expo["vllm:inter_token_latency_seconds"].sum_count()
     assert itl is not None and itl[1] == 64 * (expected_chunks - 1)
     assert abs(itl[0] / itl[1] - ITL) < 0.003, itl[0] / itl[1]
