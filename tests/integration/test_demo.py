@@ -14,23 +14,9 @@ import pytest
 
 from specload.results import read_summary
 from specload.stack.procs import ProcessId, is_running
+from tests.fixtures.processes import processes_mentioning
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 def assert_nothing_running(out: Path, facts: dict) -> None:

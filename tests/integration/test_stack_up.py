@@ -18,6 +18,7 @@ import pytest
 from specload.cli import main
 from specload.promtext import parse
 from specload.stack.procs import ProcessId, group_members, is_running
+from tests.fixtures.processes import processes_mentioning
 
 pytestmark = pytest.mark.integration
 
@@ -40,21 +41,6 @@ def wait_for(check: Any, timeout_s: float, what: str) -> Any:
             return last
         time.sleep(0.25)
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
-
-
-def processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if text in cmdline and state != "Z":
-            found.append(int(entry.name))
-    return found
 
 
 def metric_value(url: str, name: str, labels: dict[str, str]) -> float | None:

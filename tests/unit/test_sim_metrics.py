@@ -12,21 +12,15 @@ from simulator.engine import EngineCore, Sequence
 from simulator.metrics import EngineMetrics, buckets_1_2_5, cache_config_labels, process_families
 from simulator.variants import PRESETS
 from specload import promtext
+from tests.fixtures.vllm_families import (
+    EMULATED_FAMILIES,
+    SPEC_DECODE_FAMILIES,
+    family_shape,
+)
 
 pytestmark = pytest.mark.unit
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm-0.32.0"
-
-
-def shape(expo: promtext.Exposition, name: str) -> tuple[str, frozenset[str], tuple[float, ...]]:
-    fam = expo[name]
-    labels: set[str] = set()
-    buckets: set[float] = set()
-    for s in fam.samples:
-        labels |= set(s.labels) - {"le"}
-        if s.name.endswith("_bucket"):
-            buckets.add(float(s.labels["le"]))
-    return fam.type, frozenset(labels), tuple(sorted(buckets))
 
 
 def sim_metrics(max_model_len: int = 2048, positions: int = 3) -> EngineMetrics:
@@ -46,31 +40,10 @@ def test_emulated_families_match_captured_vllm_0_32() -> None:
     assert len(emulated) >= 40
     for name in emulated:
         assert name in real, f"{name} is not a vLLM 0.32 family"
-        assert shape(sim, name) == shape(real, name), name
+        assert family_shape(sim, name) == family_shape(real, name), name
         assert sim[name].help == real[name].help, name
     # Every family the issue lists is emulated.
-    for name in (
-        "vllm:num_requests_running",
-        "vllm:num_requests_waiting",
-        "vllm:kv_cache_usage_perc",
-        "vllm:prompt_tokens_total",
-        "vllm:generation_tokens_total",
-        "vllm:request_success_total",
-        "vllm:time_to_first_token_seconds",
-        "vllm:inter_token_latency_seconds",
-        "vllm:request_time_per_output_token_seconds",
-        "vllm:e2e_request_latency_seconds",
-        "vllm:request_queue_time_seconds",
-        "vllm:request_prefill_time_seconds",
-        "vllm:request_decode_time_seconds",
-        "vllm:iteration_tokens_total",
-        "vllm:spec_decode_num_drafts_total",
-        "vllm:spec_decode_num_draft_tokens_total",
-        "vllm:spec_decode_num_accepted_tokens_total",
-        "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-        "vllm:cache_config_info",
-        "process_start_time_seconds",
-    ):
+    for name in (*EMULATED_FAMILIES, *SPEC_DECODE_FAMILIES):
         assert name in sim, name
     # _created series as vLLM 0.32 shows them: their own gauge families.
     assert sim["vllm:prompt_tokens_created"].type == "gauge"

@@ -17,49 +17,13 @@ import pytest
 from specload import promtext
 from specload.sse import DONE, SSEDecoder
 from tests.fixtures.sim import SimHandle
+from tests.fixtures.vllm_families import EMULATED_FAMILIES, SPEC_DECODE_FAMILIES, family_shape
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration]
 
-REQUIRED = (
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:kv_cache_usage_perc",
-    "vllm:prompt_tokens_total",
-    "vllm:generation_tokens_total",
-    "vllm:request_success_total",
-    "vllm:time_to_first_token_seconds",
-    "vllm:inter_token_latency_seconds",
-    "vllm:request_time_per_output_token_seconds",
-    "vllm:e2e_request_latency_seconds",
-    "vllm:request_queue_time_seconds",
-    "vllm:request_prefill_time_seconds",
-    "vllm:request_decode_time_seconds",
-    "vllm:iteration_tokens_total",
-    "vllm:cache_config_info",
-    "process_start_time_seconds",
-)
-SPEC_DECODE = (
-    "vllm:spec_decode_num_drafts_total",
-    "vllm:spec_decode_num_draft_tokens_total",
-    "vllm:spec_decode_num_accepted_tokens_total",
-    "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-)
-
-
-def shape(expo: promtext.Exposition, name: str) -> dict[str, Any]:
-    fam = expo[name]
-    labels: set[str] = set()
-    buckets: set[float] = set()
-    for s in fam.samples:
-        labels |= set(s.labels) - {"le"}
-        if s.name.endswith("_bucket"):
-            buckets.add(float(s.labels["le"]))
-    return {
-        "type": fam.type,
-        "labels": sorted(labels),
-        "buckets": sorted(buckets),
-        "help": fam.help,
-    }
+REQUIRED = EMULATED_FAMILIES
+SPEC_DECODE = SPEC_DECODE_FAMILIES
+shape = family_shape
 
 
 def exercise(url: str, model: str) -> None:
