@@ -8,6 +8,10 @@ simulator's scheduling lag (p50/p99 of step wake-ups vs their deadlines, from
 
     .venv/bin/python bench/bench_sim_throughput.py --streams 512 --seconds 20 \\
         --time-scale 14 --out bench/results/sim_throughput.md
+
+``--server floor`` runs bench/step_floor.c instead (built with ``cc -O2``): a C
+loop doing only the unavoidable part, one write per stream per step at a fixed
+``--step-ms``, with the same lag measure: what this machine allows.
 """
 
 from __future__ import annotations
@@ -121,11 +125,18 @@ def main() -> int:
     ap.add_argument("--variant", default="baseline")
     ap.add_argument("--sim-core", default="0")
     ap.add_argument("--client-core", default="1")
+    ap.add_argument("--server", choices=("sim", "floor"), default="sim")
+    ap.add_argument("--step-ms", type=float, default=20.0, help="floor: step period")
+    ap.add_argument(
+        "--extra-ms", type=float, default=0.0, help="floor: busy CPU work added to each step"
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     port, control = free_port(), free_port()
     taskset = shutil.which("taskset")
     pin = [taskset, "-c", args.sim_core] if taskset else []
+    if args.server == "floor":
+        return run_floor(args, port, pin)
     sim = subprocess.Popen(
         [
             *pin,
@@ -187,6 +198,56 @@ def main() -> int:
         stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         with args.out.open("a") as fh:
             fh.write(f"\n### {stamp}\n\n{text}\n")
+    return 0
+
+
+def run_floor(args: argparse.Namespace, port: int, pin: list[str]) -> int:
+    exe = Path("/tmp/specload-step-floor")
+    here = Path(__file__).resolve().parent
+    subprocess.run(["cc", "-O2", "-o", str(exe), str(here / "step_floor.c")], check=True)
+    server = subprocess.Popen(
+        [
+            *pin,
+            str(exe),
+            str(port),
+            str(args.step_ms / 1000),
+            str(args.max_tokens),
+            str(args.extra_ms / 1000),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        server.stdout.readline()  # "listening on ..."
+        if pin:
+            os.sched_setaffinity(0, {int(args.client_core)})
+        cpu0, wall0 = cpu_seconds(server.pid), time.monotonic()
+        result = uvloop.run(drive(port, args.streams, args.seconds, args.max_tokens))
+        cpu = (cpu_seconds(server.pid) - cpu0) / (time.monotonic() - wall0)
+    finally:
+        server.terminate()
+        out, _ = server.communicate(timeout=10)
+    fields = out.split()
+    stats = dict(zip(fields[::2], fields[1::2], strict=False))
+    load = os.getloadavg()[0]
+    text = "\n".join(
+        [
+            f"- **floor** (bench/step_floor.c): streams {args.streams}, one write per stream "
+            f"every {args.step_ms:g} ms + {args.extra_ms:g} ms of busy work per step, "
+            f"{args.seconds:.0f} s measured after warm-up; "
+            f"1-min load average at the end: {load:.1f}",
+            f"- chunks/s received: {result['chunks_per_s']:,.0f}; server CPU {100 * cpu:.0f}% "
+            f"of one core ({result['chunks_per_s'] / max(cpu, 1e-9):,.0f} chunks per CPU-second)",
+            f"- scheduling lag p50 {1000 * float(stats['lag_p50_s']):.2f} ms, "
+            f"**p99 {1000 * float(stats['lag_p99_s']):.2f} ms** ({stats['steps']} step wake-ups)",
+        ]
+    )
+    print(text)
+    if args.out is not None:
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        with args.out.open("a") as fh:
+            fh.write(f"\n### {stamp} (floor)\n\n{text}\n")
     return 0
 
 

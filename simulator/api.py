@@ -44,6 +44,33 @@ REASONING_WORDS: tuple[str, ...] = tuple(" " + w for w in _REASONING_TEXT.split(
 CONTENT_WORDS: tuple[str, ...] = tuple(" " + w for w in _CONTENT_TEXT.split())
 
 
+def one_token_deltas(reasoning_field: str) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
+    """The ``delta`` members of a one-token chunk, per word: (reasoning words, content words).
+
+    The streaming fast path looks these up instead of formatting; they must equal what
+    :meth:`Stream._delta` makes for one word (tested).
+    """
+    reasoning: list[bytes] = []
+    for word in REASONING_WORDS:
+        parts = []
+        if reasoning_field in ("reasoning", "both"):
+            parts.append(f'"reasoning":"{word}"')
+        if reasoning_field in ("reasoning_content", "both"):
+            parts.append(f'"reasoning_content":"{word}"')
+        reasoning.append(",".join(parts).encode())
+    content = tuple(f'"content":"{word}"'.encode() for word in CONTENT_WORDS)
+    return tuple(reasoning), content
+
+
+_USAGE_BYTES = (
+    b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,'
+    b'"completion_tokens_details":{"reasoning_tokens":0}}'
+)
+_N_REASONING_WORDS = len(REASONING_WORDS)
+_N_CONTENT_WORDS = len(CONTENT_WORDS)
+_TOKEN_TAIL = b'},"logprobs":null,"finish_reason":null,"token_ids":null}]'
+
+
 class Driver(Protocol):
     def submit(self, seq: Sequence) -> None: ...
     def abort(self, seq: Sequence) -> None: ...
@@ -92,6 +119,8 @@ class Stream:
         "conn",
         "continuous",
         "created",
+        "fast_len",
+        "fast_pre",
         "fault",
         "fault_at",
         "fault_done",
@@ -146,6 +175,12 @@ class Stream:
         self.text_reasoning: list[str] = []
         self.text_content: list[str] = []
         self.seq: Sequence | None = None
+        # The fast path (see emit) serves streamed chat chunks that carry no role, no
+        # finish reason and no fault; None where it never applies.
+        self.fast_pre: bytes | None = (
+            (self.head + '{"index":0,"delta":{').encode() if streaming and not completion else None
+        )
+        self.fast_len = len(self.fast_pre or b"") + len(_TOKEN_TAIL) + 3
 
     # -- formatting --------------------------------------------------------------------------
     def _usage(self) -> str:
@@ -198,6 +233,43 @@ class Stream:
 
     # -- engine callback ---------------------------------------------------------------------
     def emit(self, seq: Sequence, r: int, c: int, finish: str | None, now: float) -> None:
+        pre = self.fast_pre
+        if (
+            pre is not None
+            and finish is None
+            and self.tokens
+            and not self.stalled
+            and (self.fault is None or self.fault_done)
+        ):
+            # Fast path: one streamed token chunk, formatted in one go (byte-identical to
+            # token_chunk; tested). At 512 streams this is most of the simulator's work.
+            n = r + c
+            self.tokens += n
+            self.api.tokens_sent += n
+            start_r = seq.generated - n
+            if n == 1:
+                if r:
+                    delta = self.api.reasoning_deltas[start_r % _N_REASONING_WORDS]
+                else:
+                    delta = self.api.content_deltas[
+                        (start_r - seq.reasoning_target) % _N_CONTENT_WORDS
+                    ]
+            else:
+                reasoning = _words(REASONING_WORDS, start_r, r) if r else ""
+                content = _words(CONTENT_WORDS, start_r + r - seq.reasoning_target, c) if c else ""
+                delta = self._delta(reasoning, content).encode()
+            if self.continuous:
+                p, t = self.prompt_tokens, self.tokens
+                usage = _USAGE_BYTES % (p, p + t, t)
+            else:
+                usage = b""
+            conn = self.conn
+            transport = conn.transport
+            if conn.closed or transport is None:
+                return
+            size = self.fast_len + len(delta) + len(usage)
+            transport.write(b"%x\r\n%s%s%s%s}\n\n\r\n" % (size, pre, delta, _TOKEN_TAIL, usage))
+            return
         start_r = seq.generated - r - c
         reasoning = _words(REASONING_WORDS, start_r, r) if r else ""
         content = _words(CONTENT_WORDS, start_r + r - seq.reasoning_target, c) if c else ""
@@ -363,6 +435,7 @@ class SimApi:
         self.requests_served = 0
         self.tokens_sent = 0
         self.created = int(time.time())
+        self.reasoning_deltas, self.content_deltas = one_token_deltas(config.reasoning_field)
 
     def handle(self, req: Request, conn: HttpConnection) -> None:
         try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import math
 import sys
@@ -252,6 +253,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_loop(server: SimServer) -> None:
+    # Everything imported so far lives as long as the process: keep it out of the
+    # collector's generations so a full collection never walks it mid-step.
+    gc.collect()
+    gc.freeze()
     try:
         import uvloop  # noqa: PLC0415 - optional fast loop
     except ImportError:  # pragma: no cover - uvloop is a dependency off Windows

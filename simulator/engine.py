@@ -110,6 +110,7 @@ class EngineCore:
     running: list[Sequence] = field(default_factory=list)
     kv_tokens: int = 0
     steps: int = 0
+    last_step_end: float = -1.0  # when the previous step ended (its sequences' last token)
     on_step: Callable[[StepPlan, float], None] | None = None
 
     def add(self, seq: Sequence) -> None:
@@ -200,11 +201,14 @@ class EngineCore:
         rng = self.rng
         variant = self.variant
         accept_cache: dict[str, list[float]] = {}
+        common_last = self.last_step_end
+        common_n = 0
         for seq, drafts in plan.decode:
             if seq.aborted:
                 continue
-            accepted = 0
+            done = seq.generated
             if drafts:
+                accepted = 0
                 probs = accept_cache.get(seq.category)
                 if probs is None:
                     probs = accept_cache[seq.category] = variant.position_acceptance(seq.category)
@@ -218,18 +222,27 @@ class EngineCore:
                 per_pos = m.spec_accepted_per_pos
                 for i in range(accepted):
                     per_pos[i].value += 1
-            n = min(1 + accepted, seq.target - seq.generated)
-            r, c = seq.split(n)
-            seq.generated += n
-            generated += n
-            self.kv_tokens += n
-            m.h_itl.observe(now - seq.last_token)
-            seq.last_token = now
-            if seq.generated >= seq.target:
-                finished.append(seq)
-                seq.emit(seq, r, c, seq.finish_reason, now)
+                n = min(1 + accepted, seq.target - done)
             else:
-                seq.emit(seq, r, c, None, now)
+                n = 1  # a running sequence has at least one token to go
+            # Sequence.split, inlined: reasoning first.
+            reasoning_left = seq.reasoning_target - done
+            r = n if reasoning_left >= n else (reasoning_left if reasoning_left > 0 else 0)
+            seq.generated = done + n
+            generated += n
+            # Sequences decoded in the previous step share one inter-token gap: count them
+            # and observe once (the histogram is the same as one observation each).
+            last = seq.last_token
+            if last == common_last:
+                common_n += 1
+            else:
+                m.h_itl.observe(now - last)
+            seq.last_token = now
+            if done + n >= seq.target:
+                finished.append(seq)
+                seq.emit(seq, r, n - r, seq.finish_reason, now)
+            else:
+                seq.emit(seq, r, n - r, None, now)
         for seq in plan.prefill:
             if seq.aborted:
                 continue
@@ -238,7 +251,6 @@ class EngineCore:
             seq.first_token = seq.last_token = now
             seq.generated = 1
             generated += 1
-            self.kv_tokens += 1
             r, c = seq.split(1)
             self.running.append(seq)
             if seq.target <= 1:
@@ -246,6 +258,10 @@ class EngineCore:
                 seq.emit(seq, r, c, seq.finish_reason, now)
             else:
                 seq.emit(seq, r, c, None, now)
+        if common_n:
+            m.h_itl.observe_many(now - common_last, common_n)
+        self.kv_tokens += generated
+        self.last_step_end = now
         m.generation_tokens.value += generated
         plan.decode_tokens_out = generated
         m.h_iteration_tokens.observe(plan.prefill_tokens + generated)

@@ -105,6 +105,12 @@ class Histogram:
         self.sum += value
         self.count += 1
 
+    def observe_many(self, value: float, times: int) -> None:
+        """``times`` observations of the same value."""
+        self.counts[bisect.bisect_left(self.bounds, value)] += times
+        self.sum += value * times
+        self.count += times
+
 
 class Counter:
     __slots__ = ("created", "value")
