@@ -128,7 +128,7 @@ def main() -> int:
     ap.add_argument("--server", choices=("sim", "floor"), default="sim")
     ap.add_argument("--step-ms", type=float, default=20.0, help="floor: step period")
     ap.add_argument(
-        "--extra-ms", type=float, default=0.0, help="floor: busy CPU work added to each step"
+        "--extra-ms", type=float, default=0.0, help="floor: fixed CPU work added to each step (calibrated in ms)"
     )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -192,13 +192,17 @@ def main() -> int:
         f"(the rate a dedicated core sustains); requests completed {result['requests']}, "
         f"connections lost {result['lost']}",
     ]
-    text = "\n".join(lines)
-    print(text)
-    if args.out is not None:
-        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        with args.out.open("a") as fh:
-            fh.write(f"\n### {stamp}\n\n{text}\n")
+    report("\n".join(lines), args.out)
     return 0
+
+
+def report(text: str, out: Path | None, tag: str = "") -> None:
+    """Print a run's lines and append them, stamped, to the results file."""
+    print(text)
+    if out is not None:
+        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        with out.open("a") as fh:
+            fh.write(f"\n### {stamp}{tag}\n\n{text}\n")
 
 
 def run_floor(args: argparse.Namespace, port: int, pin: list[str]) -> int:
@@ -243,11 +247,7 @@ def run_floor(args: argparse.Namespace, port: int, pin: list[str]) -> int:
             f"**p99 {1000 * float(stats['lag_p99_s']):.2f} ms** ({stats['steps']} step wake-ups)",
         ]
     )
-    print(text)
-    if args.out is not None:
-        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        with args.out.open("a") as fh:
-            fh.write(f"\n### {stamp} (floor)\n\n{text}\n")
+    report(text, args.out, " (floor)")
     return 0
 
 

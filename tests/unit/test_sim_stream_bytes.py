@@ -42,7 +42,6 @@ class _Driver:
 
 
 def _wire(
-    *,
     fast: bool,
     field: str,
     continuous: bool,
@@ -114,16 +113,9 @@ def test_fast_path_bytes_equal_general_path(
     max_tokens: int,
     chunk_sizes: list[int],
 ) -> None:
-    kwargs: dict[str, Any] = {
-        "field": field,
-        "continuous": continuous,
-        "reasoning": reasoning,
-        "content": content,
-        "max_tokens": max_tokens,
-        "chunk_sizes": chunk_sizes,
-    }
-    fast = _wire(fast=True, **kwargs)
-    general = _wire(fast=False, **kwargs)
+    case = (field, continuous, reasoning, content, max_tokens, chunk_sizes)
+    fast = _wire(True, *case)
+    general = _wire(False, *case)
     assert fast == general
     assert fast.count(b"data: {") >= 2
     assert fast.endswith(b"data: [DONE]\n\n\r\n0\r\n\r\n")
