@@ -83,6 +83,34 @@ def qi(expr: str, legend: str = "{{variant}}") -> Query:
     return Query(" ".join(expr.split()), legend, instant=True, table=True)
 
 
+def by_variant(series: str, selector: str = "") -> str:
+    """``max by (variant) (series{$variant...})``: one line per variant."""
+    return f"max by (variant) ({series}{{{selector or V}}})"
+
+
+def stat(title: str, queries: list[Query], unit: str, **options: Any) -> Panel:
+    """A small stat panel, four to a row."""
+    options.setdefault("width", 6)
+    options.setdefault("height", 5)
+    return Panel(title, queries, unit, kind="stat", **options)
+
+
+def in_flight_queries() -> list[Query]:
+    """Requests running and waiting in the server, per variant."""
+    return [
+        q(f"sum by (variant) (vllm:num_requests_running{{{VM}}})", "{{variant}} running"),
+        q(f"sum by (variant) (vllm:num_requests_waiting{{{VM}}})", "{{variant}} waiting"),
+    ]
+
+
+# KV-cache usage: a ratio, orange near full, red where vLLM starts preempting.
+KV_USAGE_SCALE: dict[str, Any] = {
+    "min": 0,
+    "max": 1,
+    "thresholds": [("green", None), ("orange", 0.9), ("red", 0.98)],
+}
+
+
 def board_link(board: tuple[str, str, str], title: str = "") -> dict[str, Any]:
     uid, slug, name = board
     return {
@@ -122,18 +150,15 @@ TIMES = "suffix: \u00d7"  # multiplication sign
 def overview() -> list[Item]:
     return [
         Row("Traffic"),
-        Panel(
+        stat(
             "Variants up",
             [q(f"max by (variant) (specload_target_up{{{VM}}})")],
             "none",
-            kind="stat",
-            width=6,
-            height=5,
             mappings=UP_MAPPINGS,
             thresholds=[("red", None), ("green", 1)],
             description="1 when the exporter's last poll of the variant's /metrics worked.",
         ),
-        Panel(
+        stat(
             "Alerts firing",
             [
                 q(
@@ -142,34 +167,20 @@ def overview() -> list[Item]:
                 )
             ],
             "none",
-            kind="stat",
-            width=6,
-            height=5,
             thresholds=[("green", None), ("orange", 1)],
             description="specload alerts firing now (all variants).",
         ),
-        Panel(
+        stat(
             "Requests in flight (server)",
-            [
-                q(f"sum by (variant) (vllm:num_requests_running{{{VM}}})", "{{variant}} running"),
-                q(f"sum by (variant) (vllm:num_requests_waiting{{{VM}}})", "{{variant}} waiting"),
-            ],
+            in_flight_queries(),
             "short",
-            kind="stat",
-            width=6,
-            height=5,
             min=0,
         ),
-        Panel(
+        stat(
             "KV-cache usage",
             [q(f"variant_model:vllm_kv_cache_usage:ratio{{{VM}}}")],
             "percentunit",
-            kind="stat",
-            width=6,
-            height=5,
-            min=0,
-            max=1,
-            thresholds=[("green", None), ("orange", 0.9), ("red", 0.98)],
+            **KV_USAGE_SCALE,
         ),
         Panel(
             "Requests finished /s (server)",
@@ -278,10 +289,7 @@ def overview() -> list[Item]:
         Row("Engine and errors"),
         Panel(
             "Requests running and waiting",
-            [
-                q(f"sum by (variant) (vllm:num_requests_running{{{VM}}})", "{{variant}} running"),
-                q(f"sum by (variant) (vllm:num_requests_waiting{{{VM}}})", "{{variant}} waiting"),
-            ],
+            in_flight_queries(),
             "short",
             min=0,
         ),
@@ -289,9 +297,7 @@ def overview() -> list[Item]:
             "KV-cache usage over time",
             [q(f"variant_model:vllm_kv_cache_usage:ratio{{{VM}}}")],
             "percentunit",
-            min=0,
-            max=1,
-            thresholds=[("green", None), ("orange", 0.9), ("red", 0.98)],
+            **KV_USAGE_SCALE,
         ),
         Panel(
             "Errors /s by class (load generator)",
@@ -437,7 +443,7 @@ def variant_comparison() -> list[Item]:
         ),
         Panel(
             "All-reduce share of decode time",
-            [q(f"max by (variant) (specload_decode_allreduce_ratio{{{V}}})")],
+            [q(by_variant("specload_decode_allreduce_ratio"))],
             "percentunit",
             min=0,
             max=1,
@@ -527,50 +533,38 @@ def reload_board() -> list[Item]:
             description="ready / loading (a reload: refused after being up, or a new "
             "process start) / down, as the exporter sees each variant.",
         ),
-        Panel(
+        stat(
             "Ready",
-            [q(f"max by (variant) (specload_target_up{{{V}}})")],
+            [q(by_variant("specload_target_up"))],
             "none",
-            kind="stat",
-            width=6,
-            height=5,
             mappings=UP_MAPPINGS,
             thresholds=[("red", None), ("green", 1)],
         ),
-        Panel(
+        stat(
             "Reloads seen",
-            [q(f"max by (variant) (specload_target_reloads_total{{{V}}})")],
+            [q(by_variant("specload_target_reloads_total"))],
             "short",
-            kind="stat",
-            width=6,
-            height=5,
         ),
-        Panel(
+        stat(
             "Last reload took",
-            [q(f"max by (variant) (specload_target_last_reload_duration_seconds{{{V}}})")],
+            [q(by_variant("specload_target_last_reload_duration_seconds"))],
             "s",
-            kind="stat",
-            width=6,
-            height=5,
             thresholds=[("green", None), ("orange", 1800)],
         ),
-        Panel(
+        stat(
             "Server up for",
             [q(f"time() - max by (variant) (specload_target_start_time_seconds{{{V}}})")],
             "s",
-            kind="stat",
-            width=6,
-            height=5,
         ),
         Panel(
             "Reload elapsed against expected",
             [
                 q(
-                    f"max by (variant) (specload_target_reload_elapsed_seconds{{{V}}})",
+                    by_variant("specload_target_reload_elapsed_seconds"),
                     "{{variant}} elapsed",
                 ),
                 q(
-                    f"max by (variant) (specload_target_expected_reload_seconds{{{V}}})",
+                    by_variant("specload_target_expected_reload_seconds"),
                     "{{variant}} expected",
                 ),
             ],
@@ -580,7 +574,7 @@ def reload_board() -> list[Item]:
         ),
         Panel(
             "Weight loading progress",
-            [q(f"max by (variant) (specload_target_load_progress_ratio{{{V}}})")],
+            [q(by_variant("specload_target_load_progress_ratio"))],
             "percentunit",
             min=0,
             max=1,
@@ -617,24 +611,18 @@ def reload_board() -> list[Item]:
 def load_test() -> list[Item]:
     sel = f'{VM}, category=~"$category"'
     return [
-        Panel(
+        stat(
             "Users",
             [q("sum by (instance) (specload_client_users)", "{{instance}}")],
             "short",
-            kind="stat",
-            width=6,
-            height=5,
         ),
-        Panel(
+        stat(
             "Requests lost with a worker",
             [q("sum by (instance) (specload_client_requests_lost_total)", "{{instance}}")],
             "short",
-            kind="stat",
-            width=6,
-            height=5,
             thresholds=[("green", None), ("red", 1)],
         ),
-        Panel(
+        stat(
             "Reasoning-truncated requests",
             [
                 q(
@@ -643,12 +631,9 @@ def load_test() -> list[Item]:
                 )
             ],
             "short",
-            kind="stat",
-            width=6,
-            height=5,
             thresholds=[("green", None), ("orange", 1)],
         ),
-        Panel(
+        stat(
             "Failed requests",
             [
                 q(
@@ -657,9 +642,6 @@ def load_test() -> list[Item]:
                 )
             ],
             "short",
-            kind="stat",
-            width=6,
-            height=5,
             thresholds=[("green", None), ("red", 1)],
         ),
         Row("Per sweep step"),
