@@ -16,25 +16,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import Exporter
 from exporter.config import parse_config
-from tests.fixtures.exporter import free_port
+from tests.fixtures.exporter import free_port, raw_counters, sample
 from tests.fixtures.sim import SimHandle
 
 pytestmark = pytest.mark.integration
 
 INTERVAL_S = 0.25
-
-
-def raw_counters(url: str) -> dict[str, float]:
-    """The simulator's own counters, read with prometheus_client's parser (not ours)."""
-    out: dict[str, float] = {}
-    text = httpx.get(url + "/metrics", timeout=5).text
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name.endswith("_created"):
-                continue
-            key = s.name + (f"[{s.labels['position']}]" if "position" in s.labels else "")
-            out[key] = out.get(key, 0.0) + s.value
-    return out
 
 
 def load(sim: SimHandle, n: int, max_tokens: int = 48) -> None:
@@ -70,10 +57,6 @@ def exporter_for(sim: SimHandle, variant: str, **extra: object) -> Exporter:
     return Exporter(cfg, sources=[])
 
 
-def v(ex: Exporter, name: str, **labels: str) -> float | None:
-    return ex.registry.get_sample_value(name, labels)
-
-
 def test_values_equal_the_simulators_raw_counters(
     sim_factory: Callable[..., SimHandle],
 ) -> None:
@@ -94,37 +77,37 @@ def test_values_equal_the_simulators_raw_counters(
     tokens = "vllm:spec_decode_num_draft_tokens_total"
     acc = "vllm:spec_decode_num_accepted_tokens_total"
     assert c1[tokens] > c0[tokens] > 0
-    assert v(ex, "specload_spec_decode_acceptance_ratio", **m, window="lifetime") == (
+    assert sample(ex, "specload_spec_decode_acceptance_ratio", **m, window="lifetime") == (
         pytest.approx(c1[acc] / c1[tokens])
     )
-    assert v(ex, "specload_spec_decode_mean_acceptance_length", **m, window="lifetime") == (
+    assert sample(ex, "specload_spec_decode_mean_acceptance_length", **m, window="lifetime") == (
         pytest.approx(1 + c1[acc] / c1[drafts])
     )
-    assert v(ex, "specload_spec_decode_acceptance_ratio", **m, window="interval") == (
+    assert sample(ex, "specload_spec_decode_acceptance_ratio", **m, window="interval") == (
         pytest.approx((c1[acc] - c0[acc]) / (c1[tokens] - c0[tokens]))
     )
-    assert v(ex, "specload_spec_decode_mean_acceptance_length", **m, window="interval") == (
+    assert sample(ex, "specload_spec_decode_mean_acceptance_length", **m, window="interval") == (
         pytest.approx(1 + (c1[acc] - c0[acc]) / (c1[drafts] - c0[drafts]))
     )
     for p in range(5):
         key = f"vllm:spec_decode_num_accepted_tokens_per_pos_total[{p}]"
-        assert v(
+        assert sample(
             ex, "specload_spec_decode_position_acceptance_ratio", **m, window="lifetime",
             position=str(p),
         ) == pytest.approx(c1[key] / c1[drafts])  # fmt: skip
     tpot = "vllm:request_time_per_output_token_seconds"
-    assert v(ex, "specload_server_tpot_mean_seconds", **m, window="interval") == pytest.approx(
+    assert sample(ex, "specload_server_tpot_mean_seconds", **m, window="interval") == pytest.approx(
         (c1[tpot + "_sum"] - c0[tpot + "_sum"]) / (c1[tpot + "_count"] - c0[tpot + "_count"])
     )
     itl = "vllm:inter_token_latency_seconds"
-    assert v(ex, "specload_server_itl_mean_seconds", **m, window="lifetime") == pytest.approx(
+    assert sample(ex, "specload_server_itl_mean_seconds", **m, window="lifetime") == pytest.approx(
         c1[itl + "_sum"] / c1[itl + "_count"]
     )
     info = {
         **m, "method": "ngram", "num_speculative_tokens": "5", "draft_model": "",
         "tensor_parallel_size": "8", "vllm_version": "0.32.0",
     }  # fmt: skip
-    assert v(ex, "specload_variant_info", **info) == 1.0
+    assert sample(ex, "specload_variant_info", **info) == 1.0
 
 
 class DowntimeProbe:
@@ -180,23 +163,23 @@ def test_reload_walks_ready_loading_ready_and_variant_switch(
     ex.start(serve=False)
     try:
         deadline = time.monotonic() + 10
-        while v(ex, "specload_target_state", **m, state="ready") != 1.0:
+        while sample(ex, "specload_target_state", **m, state="ready") != 1.0:
             assert time.monotonic() < deadline, "never ready"
             time.sleep(0.05)
         ngram_info = {**m, "method": "ngram", "num_speculative_tokens": "5", "draft_model": "",
                       "tensor_parallel_size": "8", "vllm_version": "0.32.0"}  # fmt: skip
-        assert v(ex, "specload_variant_info", **ngram_info) == 1.0
+        assert sample(ex, "specload_variant_info", **ngram_info) == 1.0
         with DowntimeProbe(sim.port) as probe:
             sim.reload(variant="baseline", load_time=3.0)
             deadline = time.monotonic() + 20
             while True:
                 state = next(
                     s for s in ("ready", "loading", "down", "unknown")
-                    if v(ex, "specload_target_state", **m, state=s) == 1.0
+                    if sample(ex, "specload_target_state", **m, state=s) == 1.0
                 )  # fmt: skip
                 if not states or states[-1] != state:
                     states.append(state)
-                p = v(ex, "specload_target_load_progress_ratio", **m)
+                p = sample(ex, "specload_target_load_progress_ratio", **m)
                 if p is not None:
                     progress.append(p)
                 if state == "ready" and len(states) > 2:
@@ -204,8 +187,8 @@ def test_reload_walks_ready_loading_ready_and_variant_switch(
                 assert time.monotonic() < deadline, states
                 time.sleep(0.05)
         assert states == ["ready", "loading", "ready"]
-        assert v(ex, "specload_target_reloads_total", **m) == 1.0
-        measured = v(ex, "specload_target_last_reload_duration_seconds", **m)
+        assert sample(ex, "specload_target_reloads_total", **m) == 1.0
+        measured = sample(ex, "specload_target_last_reload_duration_seconds", **m)
         assert measured is not None
         assert abs(measured - probe.downtime_s) <= INTERVAL_S + 0.1, (measured, probe.downtime_s)
         # Load progress from the log rose while loading.
@@ -215,11 +198,11 @@ def test_reload_walks_ready_loading_ready_and_variant_switch(
         deadline = time.monotonic() + 5
         base_info = {**m, "method": "none", "num_speculative_tokens": "0", "draft_model": "",
                      "tensor_parallel_size": "8", "vllm_version": "0.32.0"}  # fmt: skip
-        while v(ex, "specload_variant_info", **base_info) != 1.0:
+        while sample(ex, "specload_variant_info", **base_info) != 1.0:
             assert time.monotonic() < deadline
             time.sleep(0.05)
-        assert v(ex, "specload_spec_decode_acceptance_ratio", **m, window="lifetime") is None
-        assert v(ex, "specload_target_reload_in_progress", **m) == 0.0
+        assert sample(ex, "specload_spec_decode_acceptance_ratio", **m, window="lifetime") is None
+        assert sample(ex, "specload_target_reload_in_progress", **m) == 0.0
     finally:
         ex.stop()
 

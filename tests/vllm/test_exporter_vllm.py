@@ -6,26 +6,13 @@ import time
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.app import Exporter
 from exporter.config import parse_config
+from tests.fixtures.exporter import raw_counters, sample
 from tests.fixtures.vllm import VllmServer
 
 pytestmark = pytest.mark.vllm
-
-
-def raw_counters(url: str) -> dict[str, float]:
-    """vLLM's own counters, read with prometheus_client's parser (not ours)."""
-    out: dict[str, float] = {}
-    text = httpx.get(url + "/metrics", timeout=10).text
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name.endswith("_created"):
-                continue
-            key = s.name + (f"[{s.labels['position']}]" if "position" in s.labels else "")
-            out[key] = out.get(key, 0.0) + s.value
-    return out
 
 
 def chat(server: VllmServer, text: str, max_tokens: int = 64) -> None:
@@ -84,10 +71,6 @@ def exporter_for(server: VllmServer, variant: str, interval: float = 0.5) -> Exp
     return Exporter(cfg, sources=[])
 
 
-def v(ex: Exporter, name: str, **labels: str) -> float | None:
-    return ex.registry.get_sample_value(name, labels)
-
-
 def test_ngram_acceptance_equals_hand_computed(vllm_ngram: VllmServer) -> None:
     ex = exporter_for(vllm_ngram, "ngram")
     m = {"variant": "ngram", "model": vllm_ngram.model}
@@ -100,27 +83,27 @@ def test_ngram_acceptance_equals_hand_computed(vllm_ngram: VllmServer) -> None:
     tokens = "vllm:spec_decode_num_draft_tokens_total"
     acc = "vllm:spec_decode_num_accepted_tokens_total"
     assert c1[tokens] > c0[tokens] > 0, (c0, c1)
-    assert v(ex, "specload_spec_decode_acceptance_ratio", **m, window="lifetime") == (
+    assert sample(ex, "specload_spec_decode_acceptance_ratio", **m, window="lifetime") == (
         pytest.approx(c1[acc] / c1[tokens])
     )
-    assert v(ex, "specload_spec_decode_mean_acceptance_length", **m, window="lifetime") == (
+    assert sample(ex, "specload_spec_decode_mean_acceptance_length", **m, window="lifetime") == (
         pytest.approx(1 + c1[acc] / c1[drafts])
     )
-    assert v(ex, "specload_spec_decode_acceptance_ratio", **m, window="interval") == (
+    assert sample(ex, "specload_spec_decode_acceptance_ratio", **m, window="interval") == (
         pytest.approx((c1[acc] - c0[acc]) / (c1[tokens] - c0[tokens]))
     )
-    assert v(ex, "specload_spec_decode_mean_acceptance_length", **m, window="interval") == (
+    assert sample(ex, "specload_spec_decode_mean_acceptance_length", **m, window="interval") == (
         pytest.approx(1 + (c1[acc] - c0[acc]) / (c1[drafts] - c0[drafts]))
     )
     for p in range(3):
         per_pos = c1[f"vllm:spec_decode_num_accepted_tokens_per_pos_total[{p}]"]
-        got = v(ex, "specload_spec_decode_position_acceptance_ratio", **m, window="lifetime",
+        got = sample(ex, "specload_spec_decode_position_acceptance_ratio", **m, window="lifetime",
                 position=str(p))  # fmt: skip
         assert got == pytest.approx(per_pos / c1[drafts])
     # From the real log: the method and k; from GET /version: the version.
     info = {**m, "method": "ngram", "num_speculative_tokens": "3", "draft_model": "",
             "tensor_parallel_size": "1", "vllm_version": "0.32.0"}  # fmt: skip
-    assert v(ex, "specload_variant_info", **info) == 1.0
+    assert sample(ex, "specload_variant_info", **info) == 1.0
 
 
 def test_plain_has_no_spec_families(vllm_plain: VllmServer) -> None:
@@ -132,13 +115,13 @@ def test_plain_has_no_spec_families(vllm_plain: VllmServer) -> None:
         ex.poller.once()
     finally:
         ex.stop()
-    assert v(ex, "specload_target_up", **m) == 1.0
+    assert sample(ex, "specload_target_up", **m) == 1.0
     names = {
         s.name for fam in ex.registry.collect() for s in fam.samples if s.labels.get("variant")
     }
     assert not {n for n in names if n.startswith("specload_spec_decode")}, names
     assert "specload_server_itl_mean_seconds" in names
-    assert v(ex, "specload_variant_info", **m, method="none", num_speculative_tokens="0",
+    assert sample(ex, "specload_variant_info", **m, method="none", num_speculative_tokens="0",
              draft_model="", tensor_parallel_size="1", vllm_version="0.32.0") == 1.0  # fmt: skip
 
 
@@ -150,10 +133,10 @@ def test_real_restart_is_a_reload(vllm_plain: VllmServer) -> None:
     ex.start(serve=False)
     try:
         deadline = time.monotonic() + 10
-        while v(ex, "specload_target_state", **m, state="ready") != 1.0:
+        while sample(ex, "specload_target_state", **m, state="ready") != 1.0:
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        start0 = v(ex, "specload_target_start_time_seconds", **m)
+        start0 = sample(ex, "specload_target_start_time_seconds", **m)
         states.append("ready")
         t_stop = time.monotonic()
         vllm_plain.stop()
@@ -161,10 +144,10 @@ def test_real_restart_is_a_reload(vllm_plain: VllmServer) -> None:
         deadline = time.monotonic() + 300
         saw_loading = False
         while True:
-            if v(ex, "specload_target_state", **m, state="loading") == 1.0 and not saw_loading:
+            if sample(ex, "specload_target_state", **m, state="loading") == 1.0 and not saw_loading:
                 saw_loading = True
                 states.append("loading")
-            if saw_loading and v(ex, "specload_target_state", **m, state="ready") == 1.0:
+            if saw_loading and sample(ex, "specload_target_state", **m, state="ready") == 1.0:
                 states.append("ready")
                 break
             assert time.monotonic() < deadline, states
@@ -177,7 +160,7 @@ def test_real_restart_is_a_reload(vllm_plain: VllmServer) -> None:
             vllm_plain.spawn()
         vllm_plain.wait_ready()
     assert states == ["ready", "loading", "ready"]
-    assert v(ex, "specload_target_reloads_total", **m) == 1.0
-    took = v(ex, "specload_target_last_reload_duration_seconds", **m)
+    assert sample(ex, "specload_target_reloads_total", **m) == 1.0
+    took = sample(ex, "specload_target_last_reload_duration_seconds", **m)
     assert took is not None and 0 < took <= downtime + 0.5
-    assert v(ex, "specload_target_start_time_seconds", **m) != start0
+    assert sample(ex, "specload_target_start_time_seconds", **m) != start0
