@@ -7,10 +7,16 @@ that concurrency, warm up, then measure a window:
 - throughput: output tokens of requests that ended in the window / window,
   as a share of the offered load ``streams * tokens / (ttft + (tokens/k - 1) * itl)``;
 - median TTFT and TPOT of requests started in the window, against truth;
-- output tokens per client CPU-second (this process's user+system CPU in the window);
+- output tokens per client CPU-second (this process's user+system CPU in the window),
+  CPU microseconds per token and the kernel's share of them;
+- reads per reactor wake-up, share of reads taken by the C fused reader, reads
+  without a kernel arrival stamp;
 - share of chunk gaps that were 0 s (events read together).
 
-    python bench/bench_client.py --streams 32,64,128,256,512 --out bench/results/client.md
+    python bench/bench_client.py --streams 32,64,128,256,512 --out /tmp/client-table.md
+
+BENCH_TTFT_DIST=1 also prints TTFT percentiles. The client's SPECLOAD_* switches
+(docs/load.md) apply, e.g. SPECLOAD_FASTPATH=0 for the pure-Python path.
 """
 
 from __future__ import annotations
@@ -44,6 +50,10 @@ HERE = Path(__file__).resolve().parent
 def cpu_s() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
+
+
+def sys_s() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
 
 
 def free_port() -> int:
@@ -113,11 +123,13 @@ def run_level(args: argparse.Namespace, streams: int) -> dict[str, float]:
         gevent.sleep(args.warmup)
         set_step(env, "measure")
         reactor = get_reactor()
-        w1, r1 = reactor.wakeups, reactor.reads
-        t1, c1 = time.time(), cpu_s()
+        w1, r1, f1 = reactor.wakeups, reactor.reads, reactor.fast_reads
+        y1, h1 = reactor.yields, reactor.hub_wakeups
+        t1, c1, s1 = time.time(), cpu_s(), sys_s()
         gevent.sleep(args.duration)
-        t2, c2 = time.time(), cpu_s()
-        w2, r2 = reactor.wakeups, reactor.reads
+        t2, c2, s2 = time.time(), cpu_s(), sys_s()
+        w2, r2, f2 = reactor.wakeups, reactor.reads, reactor.fast_reads
+        y2, h2 = reactor.yields, reactor.hub_wakeups
         set_step(env, "after")
         # let requests started in the window finish, to measure their latencies
         gevent.sleep(args.ttft + args.tokens / args.tokens_per_chunk * args.itl + 1.0)
@@ -138,7 +150,12 @@ def run_level(args: argparse.Namespace, streams: int) -> dict[str, float]:
         tokens += n * overlap / (end - first)
     ok = [r for r in window if r.ok]
     # Exact medians of the raw values (the results use specload.histogram, within 0.5%).
-    ttft_med = statistics.median([r.ttft_s for r in ok if r.ttft_s is not None] or [0.0])
+    ttfts = sorted(r.ttft_s for r in ok if r.ttft_s is not None) or [0.0]
+    ttft_med = statistics.median(ttfts)
+    if os.environ.get("BENCH_TTFT_DIST"):
+        qs = (0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
+        values = [ttfts[int(q * (len(ttfts) - 1))] * 1000 for q in qs]
+        print("TTFT ms p1/10/25/50/75/90/99:", " ".join(f"{v:.2f}" for v in values))
     tpot_med = statistics.median([r.tpot_s for r in ok if r.tpot_s is not None] or [0.0])
     chunk_gaps = sum(r.chunks - 1 for r in ok if r.chunks)
     coalesced = sum(r.chunks_coalesced for r in ok)
@@ -158,9 +175,15 @@ def run_level(args: argparse.Namespace, streams: int) -> dict[str, float]:
         "tpot_err": tpot_med / truth_tpot - 1,
         "tok_per_cpu_s": tokens / max(c2 - c1, 1e-9),
         "cpu_share": (c2 - c1) / (t2 - t1),
+        "sys_share": (s2 - s1) / max(c2 - c1, 1e-9),
+        "cpu_us_per_token": (c2 - c1) / max(tokens, 1.0) * 1e6,
         "coalesced": coalesced / chunk_gaps if chunk_gaps else 0.0,
         "failed": sum(1 for r in window if not r.ok),
         "reads_per_wakeup": (r2 - r1) / max(1, w2 - w1),
+        "fast_share": (f2 - f1) / max(1, r2 - r1),
+        "yields_per_s": (y2 - y1) / (t2 - t1),
+        "unstamped": reactor.unstamped_reads,
+        "hub_wakeups_per_s": (h2 - h1) / (t2 - t1),
     }
 
 
@@ -189,23 +212,30 @@ def main() -> None:
             f"{n:4d} streams: {row['tok_s']:8.0f} tok/s = {row['share']:.1%} of offered; "
             f"TTFT {row['median_ttft_ms']:.2f} ms ({row['ttft_err']:+.1%}); "
             f"TPOT {row['median_tpot_ms']:.3f} ms ({row['tpot_err']:+.2%}); "
-            f"{row['tok_per_cpu_s']:8.0f} tok/CPU-s (CPU {row['cpu_share']:.0%}); "
+            f"{row['tok_per_cpu_s']:8.0f} tok/CPU-s (CPU {row['cpu_share']:.0%}, "
+            f"{row['cpu_us_per_token']:.1f} us/token, {row['sys_share']:.0%} in the kernel); "
             f"coalesced gaps {row['coalesced']:.1%}; reads/wake-up "
-            f"{row['reads_per_wakeup']:.1f}; failed {row['failed']}",
+            f"{row['reads_per_wakeup']:.1f}; fast path {row['fast_share']:.0%} of reads; "
+            f"yields/s {row['yields_per_s']:.0f}, loop-fd wake-ups/s "
+            f"{row['hub_wakeups_per_s']:.0f}; "
+            f"unstamped reads {row['unstamped']}; "
+            f"failed {row['failed']}",
             flush=True,
         )
     if args.out:
         lines = [
             "| streams | offered tok/s | measured tok/s | share | median TTFT ms (err) | "
-            "median TPOT ms (err) | tok per client CPU-s | client CPU | 0-s chunk gaps |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "median TPOT ms (err) | tok per client CPU-s | CPU µs/token (kernel) | client CPU | "
+            "reads/wake-up | 0-s chunk gaps |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in rows:
             lines.append(
                 f"| {r['streams']} | {r['offered_tok_s']:.0f} | {r['tok_s']:.0f} | "
                 f"{r['share']:.1%} | {r['median_ttft_ms']:.2f} ({r['ttft_err']:+.1%}) | "
                 f"{r['median_tpot_ms']:.3f} ({r['tpot_err']:+.2%}) | {r['tok_per_cpu_s']:.0f} | "
-                f"{r['cpu_share']:.0%} | {r['coalesced']:.1%} |"
+                f"{r['cpu_us_per_token']:.1f} ({r['sys_share']:.0%}) | {r['cpu_share']:.0%} | "
+                f"{r['reads_per_wakeup']:.1f} | {r['coalesced']:.1%} |"
             )
         Path(args.out).write_text("\n".join(lines) + "\n")
 

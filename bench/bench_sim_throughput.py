@@ -128,7 +128,10 @@ def main() -> int:
     ap.add_argument("--server", choices=("sim", "floor"), default="sim")
     ap.add_argument("--step-ms", type=float, default=20.0, help="floor: step period")
     ap.add_argument(
-        "--extra-ms", type=float, default=0.0, help="floor: fixed CPU work added to each step (calibrated in ms)"
+        "--extra-ms",
+        type=float,
+        default=0.0,
+        help="floor: fixed CPU work added to each step (calibrated in ms)",
     )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()

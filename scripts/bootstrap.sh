@@ -37,7 +37,7 @@ ensure_debian_packages() {
 ensure_venv() {
     local stamp="$VENV/.specload-stamp"
     local want
-    want="$(cat "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)"
+    want="$(cat "$ROOT/pyproject.toml" "$ROOT/setup.py" "$ROOT/specload/load/_fastpath.c" | sha256sum | cut -c1-16)"
     if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
         return 0
     fi
@@ -53,5 +53,25 @@ ensure_venv() {
     echo "$want" >"$stamp"
 }
 
+ensure_build_tools() {
+    # The load generator's C fast path (specload/load/_fastpath.c) is built by the editable
+    # install: it needs a C compiler and the interpreter's headers (without them specload
+    # installs without it, and its client spends about twice the CPU per streamed token).
+    local missing=()
+    command -v cc >/dev/null 2>&1 || missing+=(gcc)
+    local inc
+    inc="$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null || true)"
+    if [ -n "$inc" ] && [ ! -f "$inc/Python.h" ]; then
+        missing+=("$("$PYTHON" -c 'import sys; print("python%d.%d-dev" % sys.version_info[:2])')")
+    fi
+    if [ "${#missing[@]}" -gt 0 ] && command -v apt-get >/dev/null 2>&1; then
+        log "installing Debian packages: ${missing[*]}"
+        sudo_if_needed apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq \
+            --no-install-recommends "${missing[@]}" >/dev/null || log "could not install ${missing[*]}"
+    fi
+}
+
 ensure_debian_packages
+ensure_build_tools
 ensure_venv

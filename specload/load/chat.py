@@ -13,8 +13,14 @@ from typing import Any
 
 import orjson
 
-from specload.load.http import Connection, RequestFailed
-from specload.load.meter import MalformedChunk, StreamMeter, TokenCounter, meter_message
+from specload.load.http import Connection, FastReader, RequestFailed
+from specload.load.meter import (
+    FAST_PATH,
+    MalformedChunk,
+    StreamMeter,
+    TokenCounter,
+    meter_message,
+)
 from specload.load.records import RequestRecord
 from specload.prompts import Prompt
 from specload.sse import SSEDecoder
@@ -104,6 +110,9 @@ class ChatRequester:
         t0 = time.perf_counter()
         meter = StreamMeter(t0, want_text=want_text)
         body_parts: list[bytes] = []
+        # The fused reader (C) takes whole reads of the chunked body; what it declines
+        # comes to on_body below (and sets sse_pending while an event is incomplete).
+        fast: FastReader | None = meter if FAST_PATH and s.stream and not want_text else None
         if s.stream:
             decoder = SSEDecoder()
             dec_feed = decoder.feed
@@ -118,6 +127,7 @@ class ChatRequester:
                         return
                 for payload in dec_feed(data):
                     meter_feed(payload, now)
+                meter.sse_pending = bool(decoder.pending)
 
         else:
 
@@ -126,7 +136,7 @@ class ChatRequester:
 
         try:
             status = self.connection.request(
-                "POST", self._path, body, headers, on_body, timeout_s=s.timeout_s
+                "POST", self._path, body, headers, on_body, timeout_s=s.timeout_s, fast=fast
             )
             record.http_status = status
             end = time.perf_counter()

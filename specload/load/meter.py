@@ -18,7 +18,8 @@ Reasoning text is read from ``delta.reasoning`` (vLLM >= 0.16) or
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import os
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -26,6 +27,8 @@ from specload.histogram import Histogram
 from specload.load.records import RequestRecord
 
 _loads = orjson.loads
+ReadBuffer = bytes | bytearray | memoryview
+_MAX_TOKENS = 1 << 62  # completion_tokens beyond this are not a count: malformed
 
 
 class TokenCounter(Protocol):
@@ -38,11 +41,16 @@ class MalformedChunk(Exception):
     """A chunk that is not the JSON of a chat completion chunk."""
 
 
-class StreamMeter:
-    """Accumulates one streamed response; call :meth:`finish` to fill the record."""
+class PyMeterCore:
+    """The state of one streamed response, in plain Python (no C extension).
+
+    :class:`StreamMeter` runs on this or on the C ``MeterCore`` of
+    ``specload.load._fastpath`` (same fields); only the C one has a fast
+    :meth:`feed_read`, here it always declines and every read goes through
+    the full parsers — same results, more CPU.
+    """
 
     __slots__ = (
-        "_chunk_channel",
         "_chunk_tokens",
         "_gaps",
         "_last_t",
@@ -51,17 +59,18 @@ class StreamMeter:
         "_prev_cum",
         "_text_content",
         "_text_reasoning",
+        "_usage",
         "chunks_content",
         "chunks_reasoning",
         "continuous",
         "done",
-        "final_usage",
         "finish_reason",
         "first_content_t",
         "first_t",
         "has_content_text",
         "last_channel",
         "last_event_t",
+        "sse_pending",
         "t0",
         "tokens_content_exact",
         "tokens_reasoning_exact",
@@ -69,17 +78,63 @@ class StreamMeter:
         "want_text",
     )
 
+    def feed_read(self, buf: ReadBuffer, n: int, now: float) -> int:
+        """Account one socket read of a chunked SSE body if certain: never, here."""
+        return 0
+
+
+class _MeterLogic:
+    """Accumulates one streamed response; call :meth:`finish` to fill the record.
+
+    Fed either SSE ``data`` payloads (:meth:`feed`, the full path) or whole
+    socket reads of the chunked body (``feed_read``: the fast path of the C
+    core, which declines — returns 0, nothing changed — whatever it cannot
+    read with certainty). The state lives in the core base class
+    (:class:`PyMeterCore` or the C ``MeterCore``); ``FAST_PATH`` says which.
+    """
+
+    if not TYPE_CHECKING:  # the slots are the core's (mypy: the attributes below)
+        __slots__ = ()
+    t0: float
+    want_text: bool
+    done: bool
+    first_t: float | None
+    last_event_t: float | None
+    first_content_t: float | None
+    _last_t: float
+    _gaps: list[float]
+    _chunk_tokens: list[int]
+    chunks_reasoning: int
+    chunks_content: int
+    continuous: bool
+    _prev_cum: int
+    tokens_reasoning_exact: int
+    tokens_content_exact: int
+    unattributed: int
+    _pending_tokens: int
+    _mixed: list[tuple[int, str, str]]
+    last_channel: int
+    _usage: dict[str, Any] | bytes | None
+    finish_reason: str | None
+    has_content_text: bool
+    sse_pending: bool
+    _text_reasoning: list[str]
+    _text_content: list[str]
+
+    if TYPE_CHECKING:
+
+        def feed_read(self, buf: ReadBuffer, n: int, now: float) -> int: ...
+
     def __init__(self, t0: float, *, want_text: bool = False) -> None:
         self.t0 = t0
         self.want_text = want_text
         self.done = False
-        self.first_t: float | None = None
-        self.last_event_t: float | None = None
-        self.first_content_t: float | None = None
+        self.first_t = None
+        self.last_event_t = None
+        self.first_content_t = None
         self._last_t = 0.0
-        self._gaps: list[float] = []
-        self._chunk_tokens: list[int] = []
-        self._chunk_channel: list[int] = []
+        self._gaps = []
+        self._chunk_tokens = []
         self.chunks_reasoning = 0
         self.chunks_content = 0
         self.continuous = True  # until a token-bearing chunk arrives without usage
@@ -88,13 +143,22 @@ class StreamMeter:
         self.tokens_content_exact = 0
         self.unattributed = 0
         self._pending_tokens = 0  # tokens announced before any text (a role chunk)
-        self._mixed: list[tuple[int, str, str]] = []  # chunks with both channels
+        self._mixed = []  # chunks with both channels
         self.last_channel = 0  # 0 reasoning, 1 content
-        self.final_usage: dict[str, Any] | None = None
-        self.finish_reason: str | None = None
+        self._usage = None  # the last usage: a dict, or its raw JSON (from the fast path)
+        self.finish_reason = None
         self.has_content_text = False
-        self._text_reasoning: list[str] = []
-        self._text_content: list[str] = []
+        self.sse_pending = False  # the SSE decoder holds part of an event: no fast path
+        self._text_reasoning = []
+        self._text_content = []
+
+    @property
+    def final_usage(self) -> dict[str, Any] | None:
+        """The last non-empty ``usage`` object seen."""
+        usage = self._usage
+        if isinstance(usage, bytes):
+            usage = self._usage = _loads(usage)
+        return usage
 
     # -- the hot path -----------------------------------------------------
     def feed(self, payload: bytes, now: float) -> None:
@@ -112,23 +176,38 @@ class StreamMeter:
         choices = obj.get("choices")
         reasoning = content = None
         if choices:
+            if type(choices) is not list or type(choices[0]) is not dict:
+                raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
             choice = choices[0]
             delta = choice.get("delta")
             if delta:
+                if type(delta) is not dict:
+                    raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
                 reasoning = delta.get("reasoning")
                 if reasoning is None:
                     reasoning = delta.get("reasoning_content")
                 content = delta.get("content")
+                if not (reasoning is None or type(reasoning) is str) or not (
+                    content is None or type(content) is str
+                ):
+                    raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
             fr = choice.get("finish_reason")
             if fr is not None:
+                if type(fr) is not str:
+                    raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
                 self.finish_reason = fr
         elif choices is None and usage is None:
             raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
         ntok = -1
         if usage:
-            self.final_usage = usage
+            if type(usage) is not dict:
+                raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
+            self._usage = usage
             cum = usage.get("completion_tokens")
             if cum is not None:
+                # A count: a non-negative integer (not a bool, a float or a string).
+                if type(cum) is not int or not 0 <= cum < _MAX_TOKENS:
+                    raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
                 ntok = cum - self._prev_cum
                 self._prev_cum = cum
         has_text = bool(reasoning) or bool(content)
@@ -231,8 +310,9 @@ class StreamMeter:
             tokens = self._chunk_tokens
             per_token = Histogram()
             if source == "exact":
-                if min(tokens) == 1 and max(tokens) == 1:
-                    per_token = per_chunk.copy()
+                if tokens.count(1) == len(tokens):
+                    # One token per chunk: the same distribution (shared, read-only).
+                    per_token = per_chunk
                 else:
                     values: list[float] = []
                     for gap, ntok in zip(gaps, tokens, strict=True):
@@ -302,6 +382,33 @@ class StreamMeter:
         else:
             r, c = self.chunks_reasoning, self.chunks_content
         return r / (r + c) if r + c else 0.0
+
+
+class PyStreamMeter(_MeterLogic, PyMeterCore):
+    """A :class:`StreamMeter` on the pure-Python core."""
+
+    __slots__ = ()
+
+
+if TYPE_CHECKING:
+    StreamMeter = PyStreamMeter
+    FAST_PATH = False
+else:
+    try:
+        from specload.load._fastpath import MeterCore as _CMeterCore
+    except ImportError:  # built without a C compiler
+        _CMeterCore = None
+
+    if _CMeterCore is not None:
+
+        class CStreamMeter(_MeterLogic, _CMeterCore):
+            """A :class:`StreamMeter` on the C core, with the fast :meth:`feed_read`."""
+
+            __slots__ = ()
+
+    # SPECLOAD_FASTPATH=0: the pure-Python path even when the extension is built.
+    FAST_PATH = _CMeterCore is not None and os.environ.get("SPECLOAD_FASTPATH", "1") != "0"
+    StreamMeter = CStreamMeter if FAST_PATH else PyStreamMeter
 
 
 def meter_message(message: dict[str, Any], meter: StreamMeter, now: float) -> None:

@@ -1,0 +1,389 @@
+"""The C fast path (specload/load/_fastpath.c) against the full parsers, case by case.
+
+Every stream is metered three ways: the fused reader on the C core (whole socket
+reads, declining what it cannot read with certainty), the full path on the C core
+(ChunkedDecoder, SSEDecoder, orjson), and the full path on the pure-Python core
+(what runs without a C compiler). The records, the meter state and any error must
+be identical; and the fused reader must really take the usual reads, so the
+comparison cannot pass by always declining.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import select
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+
+from specload.load.http import ResponseParser
+from specload.load.meter import MalformedChunk, PyStreamMeter, StreamMeter
+from specload.load.records import RequestRecord
+from specload.sse import SSEDecoder
+
+pytestmark = pytest.mark.unit
+
+if os.environ.get("SPECLOAD_REQUIRE_FASTPATH") == "1":
+    # scripts/test sets this: there the extension must have been built, not skipped.
+    from specload.load import _fastpath as fastpath
+else:
+    fastpath = pytest.importorskip("specload.load._fastpath")
+CStreamMeter: Any = StreamMeter if StreamMeter is not PyStreamMeter else None
+if CStreamMeter is None:  # SPECLOAD_FASTPATH=0: the C meter class still exists
+    from specload.load import meter as _meter
+
+    CStreamMeter = _meter.CStreamMeter  # type: ignore[attr-defined]
+
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+STATE = ("done", "first_t", "last_event_t", "first_content_t", "_last_t", "_gaps",
+         "_chunk_tokens", "chunks_reasoning", "chunks_content", "continuous", "_prev_cum",
+         "tokens_reasoning_exact", "tokens_content_exact", "unattributed", "_pending_tokens",
+         "_mixed", "last_channel", "final_usage", "finish_reason", "has_content_text")
+
+
+def event(payload: bytes | dict[str, Any]) -> bytes:
+    if isinstance(payload, dict):
+        payload = orjson.dumps(payload)
+    return b"data: " + payload + b"\n\n"
+
+
+def chunk(data: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def delta_chunk(delta: dict[str, Any], cum: int | None, finish: str | None = None) -> bytes:
+    obj: dict[str, Any] = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
+                           "model": "m", "choices": [{"index": 0, "delta": delta,
+                                                      "logprobs": None, "finish_reason": finish}]}
+    if cum is not None:
+        obj["usage"] = {"prompt_tokens": 9, "completion_tokens": cum, "total_tokens": 9 + cum}
+    return event(obj)
+
+
+def vllm_stream(n_reason: int, n_content: int, per_chunk: int = 1, *, field: str = "reasoning",
+                usage: bool = True, text: str = "tok") -> list[bytes]:
+    """SSE events as vLLM sends them: role chunk, reasoning, content, usage chunk, [DONE]."""
+    events = [delta_chunk({"role": "assistant", "content": ""}, 0 if usage else None)]
+    sent = 0
+    total = n_reason + n_content
+    while sent < total:
+        n = min(per_chunk, total - sent)
+        r = max(0, min(n, n_reason - sent))
+        delta: dict[str, Any] = {}
+        if r:
+            delta[field] = text * r
+        if n - r:
+            delta["content"] = text * (n - r)
+        sent += n
+        events.append(delta_chunk(delta, sent if usage else None,
+                                  "length" if sent == total else None))
+    if usage:
+        events.append(event({"id": "chatcmpl-1", "choices": [],
+                             "usage": {"prompt_tokens": 9, "completion_tokens": total,
+                                       "completion_tokens_details": None}}))
+    events.append(event(b"[DONE]"))
+    return events
+
+
+def wire(events: list[bytes], per_chunk_events: int = 1) -> bytes:
+    body = b"".join(chunk(b"".join(events[i : i + per_chunk_events]))
+                    for i in range(0, len(events), per_chunk_events))
+    return HEAD + body + b"0\r\n\r\n"
+
+
+def one_read_per_chunk(data: bytes) -> list[bytes]:
+    """Split the wire as a server writing one chunk per write is read: head, then chunks."""
+    reads = [data[: len(HEAD)]]
+    pos = len(HEAD)
+    while pos < len(data):
+        eol = data.index(b"\r\n", pos)
+        size = int(data[pos:eol].split(b";")[0], 16)
+        end = eol + 2 + size + 2 if size else len(data)
+        reads.append(data[pos:end])
+        pos = end
+    return reads
+
+
+def drive(meter_cls: Any, reads: list[bytes], *, fused: bool) -> tuple[Any, int, str]:
+    """Meter ``reads`` as the reactor does; returns (meter, fused reads, error)."""
+    meter = meter_cls(0.5)
+    decoder = SSEDecoder()
+
+    def on_body(data: bytes, now: float) -> None:
+        for payload in decoder.feed(data):
+            meter.feed(payload, now)
+        meter.sse_pending = bool(decoder.pending)
+
+    parser = ResponseParser(on_body, "POST", meter if fused else None)
+    taken = 0
+    error = ""
+    try:
+        for i, data in enumerate(reads):
+            now = 1.0 + i * 0.005
+            fast = parser.fast
+            if fast is not None:
+                buf = bytearray(data) + bytearray(b"\0" * 7)  # the buffer is larger than n
+                rc = fast.feed_read(buf, len(data), now)
+                if rc:
+                    taken += 1
+                    if rc == 2:
+                        parser.fast_ended()
+                        break
+                    continue
+            if parser.feed(data, now):
+                break
+    except MalformedChunk as exc:
+        error = f"malformed: {exc}"
+    return meter, taken, error
+
+
+def snapshot(meter: Any) -> dict[str, Any]:
+    state = {name: getattr(meter, name) for name in STATE}
+    record = RequestRecord("c", "s", "v", "m", 0.0, 0.0)
+    meter.finish(record, 9.0)
+    state["record"] = record.to_dict(include_histograms=True)
+    return state
+
+
+def check_same(reads: list[bytes], *, expect_fused: bool) -> tuple[dict[str, Any], str]:
+    fast_meter, taken, fast_err = drive(CStreamMeter, reads, fused=True)
+    full_meter, none, full_err = drive(CStreamMeter, reads, fused=False)
+    py_meter, _, py_err = drive(PyStreamMeter, reads, fused=False)
+    assert none == 0
+    assert fast_err == full_err == py_err
+    fast_state = snapshot(fast_meter)
+    assert fast_state == snapshot(full_meter)
+    assert fast_state == snapshot(py_meter)
+    if expect_fused:
+        assert taken >= len(reads) - 2, "the fused reader declined ordinary reads"
+    return fast_state, fast_err
+
+
+@pytest.mark.parametrize("field", ["reasoning", "reasoning_content"])
+@pytest.mark.parametrize("per_chunk", [1, 3])
+def test_vllm_stream_one_chunk_per_read_is_fused_and_exact(field: str, per_chunk: int) -> None:
+    reads = one_read_per_chunk(wire(vllm_stream(12, 9, per_chunk, field=field)))
+    state, err = check_same(reads, expect_fused=True)
+    assert not err
+    rec = state["record"]
+    assert (rec["tokens_reasoning"], rec["tokens_content"]) == (12, 9)
+    assert rec["token_count_source"] == rec["channel_split_source"] == "exact"
+    assert rec["finish_reason"] == "length"
+    assert state["done"] and state["final_usage"]["completion_tokens"] == 21
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_any_split_of_the_wire_gives_the_same_record(seed: int) -> None:
+    rng = random.Random(seed)
+    events = vllm_stream(rng.randint(0, 20), rng.randint(1, 20), rng.choice([1, 2, 3]),
+                         field=rng.choice(["reasoning", "reasoning_content"]),
+                         usage=rng.random() < 0.8, text=rng.choice(["tok", "é", "\n\"x\""]))
+    data = wire(events, per_chunk_events=rng.choice([1, 1, 2, 3]))
+    cuts = sorted(rng.sample(range(1, len(data)), rng.randint(1, 25)))
+    if seed % 2:  # whole chunks, several per read: the usual shape under load
+        reads = one_read_per_chunk(data)
+        merged = [reads[0]]
+        for r in reads[1:]:
+            if rng.random() < 0.4:
+                merged[-1] += r
+            else:
+                merged.append(r)
+        reads = merged
+    else:
+        reads = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+    check_same(reads, expect_fused=False)
+
+
+WEIRD: list[bytes] = [
+    b'{"choices":[{"delta":{"reasoning":"a","content":"b"}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"reasoning":"","reasoning_content":"x"}}],'
+    b'"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"reasoning":null,"reasoning_content":"x"}}],'
+    b'"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":"\\u00e9\\n"}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":"\\ud83d\\ude00"}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":"\\ud83d"}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":"\xff"}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":"\xed\xa0\x80"}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":"\xf0\x9f\x98\x80"}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":"a\tb"}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":"x"},"finish_reason":"st\\u006fp"}],'
+    b'"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":"x"},"finish_reason":7}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":5.0}}',
+    b'{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":-1}}',
+    b'{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":"5"}}',
+    b'{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":99999999999999999999}}',
+    b'{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":007}}',
+    b'{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":5,"completion_tokens":6}}',
+    b'{"choices":[{"delta":{"content":"x"}}],"\\u0075sage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":"x"}}],"usage":{}}',
+    b'{"choices":[{"delta":{"content":"x"}}],"usage":null}',
+    b'{"choices":[{"delta":{"content":"x"}}],"usage":[1]}',
+    b'{"choices":[{"delta":{"content":"x"}}]}',
+    b'{"choices":[],"usage":{"completion_tokens":5}}',
+    b'{"choices":null,"usage":null}',
+    b'{"object":"x"}',
+    b'{"choices":[1],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":[1]}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":5}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":"x"}},{"delta":{"content":"y"}}],'
+    b'"usage":{"completion_tokens":5}}',
+    b'{"choices":{"0":1},"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":5}} trailing',
+    b'{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":5},}',
+    b'{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":5}',
+    b' {"choices" : [ {"delta" : {"content" : "x"} } ] , "usage" : {"completion_tokens" : 5} } ',
+    b'{"a":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],'
+    b'"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":5}}',
+    b'{"x":1e5,"y":-0.5,"z":true,"w":false,"choices":[{"delta":{"content":"x"}}],'
+    b'"usage":{"completion_tokens":5}}',
+    b'{"x":01}',
+    b"[1,2]",
+    b'"str"',
+    b"",
+    b"[DONE] ",
+    b"[DONE]",
+]
+
+
+@pytest.mark.parametrize("payload", WEIRD, ids=[f"w{i}" for i in range(len(WEIRD))])
+def test_odd_chunks_give_what_the_full_path_gives(payload: bytes) -> None:
+    events = vllm_stream(3, 2)
+    events.insert(3, event(payload))
+    check_same(one_read_per_chunk(wire(events)), expect_fused=False)
+
+
+FRAMES: list[bytes] = [
+    b"data:" + b'{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":4}}\n\n',
+    b'data: {"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":4}}\r\n\r\n',
+    b': keep-alive\n\ndata: {"choices":[{"delta":{"content":"x"}}],'
+    b'"usage":{"completion_tokens":4}}\n\n',
+    b'event: message\ndata: {"choices":[{"delta":{"content":"x"}}],'
+    b'"usage":{"completion_tokens":4}}\n\n',
+    b'data: {"choices":[{"delta":\ndata: {"content":"x"}}],"usage":{"completion_tokens":4}}\n\n',
+    b'data: {"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":4}}\n',
+    b'data: {"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":4}}',
+]
+
+
+@pytest.mark.parametrize("frame", FRAMES, ids=[f"f{i}" for i in range(len(FRAMES))])
+def test_other_sse_framings_give_what_the_full_path_gives(frame: bytes) -> None:
+    events = vllm_stream(3, 2)
+    events.insert(3, frame)
+    check_same(one_read_per_chunk(wire(events)), expect_fused=False)
+
+
+@pytest.mark.parametrize("size_line", [b"%X", b"%08x", b"%x;ext=1", b"%x "])
+def test_other_chunk_size_lines_give_what_the_full_path_gives(size_line: bytes) -> None:
+    events = vllm_stream(2, 2)
+    body = b"".join((size_line % len(e)) + b"\r\n" + e + b"\r\n" for e in events)
+    check_same(one_read_per_chunk(HEAD + body + b"0\r\n\r\n"), expect_fused=False)
+
+
+def test_the_fused_reader_declines_without_changing_anything() -> None:
+    meter = CStreamMeter(0.0)
+    before = snapshot(CStreamMeter(0.0))
+    for data in [b"5\r\nhello\r\n", b"zz\r\n", b"1f\r\ndata: {", b"\r\n", b""]:
+        assert meter.feed_read(bytearray(data), len(data), 1.0) == 0
+    assert snapshot(meter) == before
+    text = CStreamMeter(0.0, want_text=True)
+    data = one_read_per_chunk(wire(vllm_stream(1, 1)))[1]
+    assert text.feed_read(bytearray(data), len(data), 1.0) == 0  # text wanted: full path
+    with pytest.raises(ValueError, match="larger"):
+        meter.feed_read(bytearray(data), len(data) + 1, 1.0)
+
+
+def test_pure_python_core_never_takes_a_read() -> None:
+    data = one_read_per_chunk(wire(vllm_stream(1, 1)))[1]
+    assert PyStreamMeter(0.0).feed_read(bytearray(data), len(data), 1.0) == 0
+
+
+def tcp_pair() -> tuple[socket.socket, socket.socket]:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        client = socket.create_connection(listener.getsockname())
+        server, _ = listener.accept()
+    return client, server
+
+
+def test_reads_carry_the_kernel_arrival_time_on_perf_counter_clock() -> None:
+    client, server = tcp_pair()
+    with client, server:
+        assert fastpath.enable_rx_timestamps(client.fileno())
+        sent = time.perf_counter()
+        server.sendall(b"x" * 100)
+        time.sleep(0.05)
+        now = time.perf_counter()
+        n, t = fastpath.recv_stamped(client.fileno(), bytearray(1000), now)
+        assert n == 100
+        assert t is not None
+        # stamped on arrival (right after the send), not when read 50 ms later
+        assert sent - 0.001 <= t <= sent + 0.02 < now - 0.02
+        with pytest.raises(BlockingIOError):
+            fastpath.recv_stamped(client.fileno(), bytearray(1000), now)
+
+
+def test_read_ready_takes_fused_reads_and_returns_the_rest() -> None:
+    client, server = tcp_pair()
+    other_client, other_server = tcp_pair()
+    ep = select.epoll()
+    with client, server, other_client, other_server, ep:
+        for sock in (client, other_client):
+            sock.setblocking(False)
+            fastpath.enable_rx_timestamps(sock.fileno())
+            ep.register(sock.fileno(), select.EPOLLIN)
+        meter = CStreamMeter(0.0)
+        fused = ResponseParser(lambda data, now: None, "POST", meter)
+        fused.feed(HEAD, 0.0)  # head read: the fused reader is armed
+        assert fused.fast is meter
+
+        class Plain:
+            fast: Any = None
+
+        parsers: list[Any] = [None] * 4096
+        parsers[client.fileno()] = fused
+        parsers[other_client.fileno()] = Plain()
+        events = vllm_stream(0, 2)
+        sent = time.perf_counter()
+        server.sendall(chunk(events[0]) + chunk(events[1]))
+        other_server.sendall(b"hello")
+        time.sleep(0.03)
+        buf = bytearray(65536)
+        ready, left, now, unstamped = fastpath.read_ready(ep.fileno(), 1.0, buf, parsers, -1)
+        assert (ready, unstamped) == (2, 0)
+        assert abs(now - time.perf_counter()) < 0.01
+        assert [(fd, kind, payload) for fd, kind, payload, _ in left] == [
+            (other_client.fileno(), 0, b"hello")]
+        assert left[0][3] < now - 0.02  # the arrival time, not the read time
+        assert meter.chunks_content == 1 and meter.first_t is not None
+        assert sent <= meter.first_t < now - 0.02
+        rest = b"".join(chunk(e) for e in events[2:]) + b"0\r\n\r\n"
+        server.sendall(rest)
+        other_server.close()
+        time.sleep(0.01)
+        ready, left, now, _ = fastpath.read_ready(ep.fileno(), 1.0, buf, parsers, -1)
+        kinds = sorted((fd, kind) for fd, kind, _, _ in left)
+        assert kinds == sorted([(client.fileno(), 2), (other_client.fileno(), 1)])  # ended, EOF
+        assert meter.done and meter.tokens_content_exact == 2
+        ep.unregister(other_client.fileno())  # at EOF it stays ready, as the reactor knows
+        ready, left, _, _ = fastpath.read_ready(ep.fileno(), 0.0, buf, parsers, -1)
+        assert ready == 0 and left == []
+
+
+def test_same_results_as_pure_python_on_real_reads() -> None:
+    # The same stream read from a socket by both cores, through ResponseParser.
+    def run(meter_cls: Callable[..., Any], fused: bool) -> dict[str, Any]:
+        meter, _, err = drive(meter_cls, one_read_per_chunk(wire(vllm_stream(5, 5, 2))),
+                              fused=fused)
+        assert not err
+        return snapshot(meter)
+
+    assert run(CStreamMeter, True) == run(PyStreamMeter, False)
