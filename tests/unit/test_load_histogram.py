@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 
 import pytest
@@ -45,6 +46,32 @@ def test_add_and_extend_agree_and_count_zero() -> None:
     assert a.quantile(0.0) == 0.0
     assert a.max == 3.0 and a.min == 0.0
     assert a.mean == pytest.approx(sum(values) / 6)
+
+
+@pytest.mark.parametrize("accuracy", [0.005, 0.01, 0.1])
+def test_extend_puts_every_value_where_add_does(accuracy: float) -> None:
+    """extend() counts buckets by runs of sorted values; every value must land where add()
+    puts it — also values on and next to bucket edges, duplicates, zeros and negatives."""
+    rng = random.Random(11)
+    lg = math.log((1 + accuracy) / (1 - accuracy))
+    edges = [math.exp(i * lg) for i in range(-700, -100, 7)]
+    values = [rng.lognormvariate(-5, 1.5) for _ in range(3000)]
+    values += [rng.gauss(0.005, 0.0002) for _ in range(400)]
+    values += edges + [math.nextafter(e, 0) for e in edges] + [math.nextafter(e, 1) for e in edges]
+    values += [0.0, -0.25, 0.005, 0.005, 0.005]
+    rng.shuffle(values)
+    for chunk in (values[:1], values[:7], values):
+        a = Histogram(accuracy)
+        for v in chunk:
+            a.add(v)
+        b = Histogram(accuracy)
+        b.extend(iter(chunk))
+        assert b._counts == a._counts
+        assert (b.zero_count, b.count, b.min, b.max) == (a.zero_count, a.count, a.min, a.max)
+        assert b.sum == pytest.approx(a.sum, rel=1e-12)
+    empty = Histogram()
+    empty.extend([])
+    assert empty.count == 0 and empty.min == math.inf
 
 
 def test_weighted_add_counts_each_sample() -> None:
