@@ -83,18 +83,10 @@ class PyMeterCore:
         return 0
 
 
-class _MeterLogic:
-    """Accumulates one streamed response; call :meth:`finish` to fill the record.
+class CoreState:
+    """The state a meter core holds: :class:`PyMeterCore`'s slots, the C ``MeterCore``'s
+    members (its stub derives from this class). For type checking only."""
 
-    Fed either SSE ``data`` payloads (:meth:`feed`, the full path) or whole
-    socket reads of the chunked body (``feed_read``: the fast path of the C
-    core, which declines — returns 0, nothing changed — whatever it cannot
-    read with certainty). The state lives in the core base class
-    (:class:`PyMeterCore` or the C ``MeterCore``); ``FAST_PATH`` says which.
-    """
-
-    if not TYPE_CHECKING:  # the slots are the core's (mypy: the attributes below)
-        __slots__ = ()
     t0: float
     want_text: bool
     done: bool
@@ -120,6 +112,26 @@ class _MeterLogic:
     sse_pending: bool
     _text_reasoning: list[str]
     _text_content: list[str]
+
+
+if TYPE_CHECKING:
+    _StateBase = CoreState
+else:
+    _StateBase = object
+
+
+class _MeterLogic(_StateBase):
+    """Accumulates one streamed response; call :meth:`finish` to fill the record.
+
+    Fed either SSE ``data`` payloads (:meth:`feed`, the full path) or whole
+    socket reads of the chunked body (``feed_read``: the fast path of the C
+    core, which declines — returns 0, nothing changed — whatever it cannot
+    read with certainty). The state lives in the core base class
+    (:class:`PyMeterCore` or the C ``MeterCore``); ``FAST_PATH`` says which.
+    """
+
+    if not TYPE_CHECKING:  # the slots are the core's (mypy: CoreState's attributes)
+        __slots__ = ()
 
     if TYPE_CHECKING:
 

@@ -320,13 +320,14 @@ def test_reads_carry_the_kernel_arrival_time_on_perf_counter_clock() -> None:
         assert fastpath.enable_rx_timestamps(client.fileno())
         sent = time.perf_counter()
         server.sendall(b"x" * 100)
-        time.sleep(0.05)
+        time.sleep(0.25)
         now = time.perf_counter()
         n, t = fastpath.recv_stamped(client.fileno(), bytearray(1000), now)
         assert n == 100
         assert t is not None
-        # stamped on arrival (right after the send), not when read 50 ms later
-        assert sent - 0.001 <= t <= sent + 0.02 < now - 0.02
+        # stamped on arrival (right after the send), not when read 250 ms later (bounds
+        # wide enough for a loaded machine, where delivery itself can take a while)
+        assert sent - 0.001 <= t <= sent + 0.1 < now - 0.1
         with pytest.raises(BlockingIOError):
             fastpath.recv_stamped(client.fileno(), bytearray(1000), now)
 
@@ -355,16 +356,16 @@ def test_read_ready_takes_fused_reads_and_returns_the_rest() -> None:
         sent = time.perf_counter()
         server.sendall(chunk(events[0]) + chunk(events[1]))
         other_server.sendall(b"hello")
-        time.sleep(0.03)
+        time.sleep(0.25)
         buf = bytearray(65536)
         ready, left, now, unstamped = fastpath.read_ready(ep.fileno(), 1.0, buf, parsers, -1)
         assert (ready, unstamped) == (2, 0)
-        assert abs(now - time.perf_counter()) < 0.01
+        assert now <= time.perf_counter() < now + 0.1  # perf_counter's clock
         assert [(fd, kind, payload) for fd, kind, payload, _ in left] == [
             (other_client.fileno(), 0, b"hello")]
-        assert left[0][3] < now - 0.02  # the arrival time, not the read time
+        assert left[0][3] < now - 0.1  # the arrival time, not the read time
         assert meter.chunks_content == 1 and meter.first_t is not None
-        assert sent <= meter.first_t < now - 0.02
+        assert sent <= meter.first_t < now - 0.1
         rest = b"".join(chunk(e) for e in events[2:]) + b"0\r\n\r\n"
         server.sendall(rest)
         other_server.close()
