@@ -53,6 +53,7 @@ _RECV = 65536  # per read (into one reused buffer)
 _MAX_HEAD = 65536
 _MAX_ERROR_BODY = 4096
 _YIELD_EVERY_S = 0.002
+_YIELD_TIMER_S = 1e-6
 _BLOCK_S = 0.001
 # SPECLOAD_REACTOR=0: read each stream in its own greenlet (diagnostics, benchmarks).
 _USE_REACTOR = os.environ.get("SPECLOAD_REACTOR", "1") != "0"
@@ -417,7 +418,11 @@ class Reactor:
                 # Let the other greenlets run: users whose response ended, timers, sockets.
                 self.yields += 1
                 self._yield_now = False
-                gevent.sleep(0)
+                # A timer, not sleep(0): sleep(0) only queues a callback, and the hub runs
+                # queued callbacks back to back (checking the clock every 50), so a reactor
+                # that blocks ~1 ms per round would starve due timers for ~50 ms. A timer
+                # makes the hub go round its whole loop: I/O, timers, then back here.
+                gevent.sleep(_YIELD_TIMER_S)
                 last_yield = _perf()
             if not handlers:
                 if watcher is None:
