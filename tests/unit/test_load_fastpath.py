@@ -314,10 +314,30 @@ def tcp_pair() -> tuple[socket.socket, socket.socket]:
     return client, server
 
 
+def stamping_on(client: socket.socket, server: socket.socket) -> None:
+    """Enable arrival stamps on ``client`` and wait until the kernel stamps packets.
+
+    The first socket on a machine to ask for stamps turns stamping on from a kernel
+    work queue (net_enable_timestamp): packets that arrive before it ran carry none.
+    """
+    assert fastpath.enable_rx_timestamps(client.fileno())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        server.sendall(b"p")
+        select.select([client], [], [], 1.0)  # each probe is read before the next is sent
+        try:
+            _, t = fastpath.recv_stamped(client.fileno(), bytearray(16), time.perf_counter())
+        except BlockingIOError:
+            continue
+        if t is not None:
+            return
+    raise AssertionError("the kernel never stamped a packet")
+
+
 def test_reads_carry_the_kernel_arrival_time_on_perf_counter_clock() -> None:
     client, server = tcp_pair()
     with client, server:
-        assert fastpath.enable_rx_timestamps(client.fileno())
+        stamping_on(client, server)
         sent = time.perf_counter()
         server.sendall(b"x" * 100)
         time.sleep(0.25)
@@ -337,9 +357,9 @@ def test_read_ready_takes_fused_reads_and_returns_the_rest() -> None:
     other_client, other_server = tcp_pair()
     ep = select.epoll()
     with client, server, other_client, other_server, ep:
-        for sock in (client, other_client):
+        for sock, peer in ((client, server), (other_client, other_server)):
+            stamping_on(sock, peer)
             sock.setblocking(False)
-            fastpath.enable_rx_timestamps(sock.fileno())
             ep.register(sock.fileno(), select.EPOLLIN)
         meter = CStreamMeter(0.0)
         fused = ResponseParser(lambda data, now: None, "POST", meter)
