@@ -44,28 +44,33 @@ REASONING_WORDS: tuple[str, ...] = tuple(" " + w for w in _REASONING_TEXT.split(
 CONTENT_WORDS: tuple[str, ...] = tuple(" " + w for w in _CONTENT_TEXT.split())
 
 
-def one_token_deltas(reasoning_field: str) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
-    """The ``delta`` members of a one-token chunk, per word: (reasoning words, content words).
-
-    The streaming fast path looks these up instead of formatting; they must equal what
-    :meth:`Stream._delta` makes for one word (tested).
-    """
-    reasoning: list[bytes] = []
-    for word in REASONING_WORDS:
-        parts = []
+def delta_members(reasoning_field: str, reasoning: str, content: str) -> str:
+    """The members of a chunk's ``delta``: reasoning (in the configured field or both), content."""
+    parts = []
+    if reasoning:
         if reasoning_field in ("reasoning", "both"):
-            parts.append(f'"reasoning":"{word}"')
+            parts.append(f'"reasoning":"{reasoning}"')
         if reasoning_field in ("reasoning_content", "both"):
-            parts.append(f'"reasoning_content":"{word}"')
-        reasoning.append(",".join(parts).encode())
-    content = tuple(f'"content":"{word}"'.encode() for word in CONTENT_WORDS)
-    return tuple(reasoning), content
+            parts.append(f'"reasoning_content":"{reasoning}"')
+    if content:
+        parts.append(f'"content":"{content}"')
+    return ",".join(parts)
 
 
-_USAGE_BYTES = (
-    b',"usage":{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,'
-    b'"completion_tokens_details":{"reasoning_tokens":0}}'
+def one_token_deltas(reasoning_field: str) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
+    """The ``delta`` members of a one-token chunk, per word: (reasoning words, content words),
+    looked up by the streaming fast path instead of formatted."""
+    reasoning = tuple(delta_members(reasoning_field, w, "").encode() for w in REASONING_WORDS)
+    content = tuple(delta_members(reasoning_field, "", w).encode() for w in CONTENT_WORDS)
+    return reasoning, content
+
+
+# Cumulative usage, as vLLM writes it (the fast path formats the bytes form directly).
+_USAGE_JSON = (
+    '{"prompt_tokens":%d,"total_tokens":%d,"completion_tokens":%d,'
+    '"completion_tokens_details":{"reasoning_tokens":0}}'
 )
+_USAGE_BYTES = b',"usage":' + _USAGE_JSON.encode()
 _N_REASONING_WORDS = len(REASONING_WORDS)
 _N_CONTENT_WORDS = len(CONTENT_WORDS)
 _TOKEN_TAIL = b'},"logprobs":null,"finish_reason":null,"token_ids":null}]'
@@ -185,22 +190,10 @@ class Stream:
     # -- formatting --------------------------------------------------------------------------
     def _usage(self) -> str:
         p, c = self.prompt_tokens, self.tokens
-        return (
-            f'{{"prompt_tokens":{p},"total_tokens":{p + c},"completion_tokens":{c},'
-            f'"completion_tokens_details":{{"reasoning_tokens":0}}}}'
-        )
+        return _USAGE_JSON % (p, p + c, c)
 
     def _delta(self, reasoning: str, content: str) -> str:
-        parts = []
-        if reasoning:
-            field = self.api.config.reasoning_field
-            if field in ("reasoning", "both"):
-                parts.append(f'"reasoning":"{reasoning}"')
-            if field in ("reasoning_content", "both"):
-                parts.append(f'"reasoning_content":"{reasoning}"')
-        if content:
-            parts.append(f'"content":"{content}"')
-        return ",".join(parts)
+        return delta_members(self.api.config.reasoning_field, reasoning, content)
 
     def role_chunk(self) -> bytes:
         usage = f',"usage":{self._usage()}' if self.continuous else ""
