@@ -16,6 +16,9 @@ single process that saw every sample. :meth:`Histogram.to_dict` /
 Percentile definition: for ``q`` in [0, 1] the value of rank
 ``floor(q * (n - 1))`` (0-based) in sorted order, i.e. numpy's
 ``method="lower"``; the result is clamped to the exact min and max.
+Per-request figures (TTFT, TPOT, E2E: one value per request) are kept exactly
+and read with :func:`exact_quantile` by the same rule; the sketch serves the
+per-token figures (ITL), where keeping every value would cost memory.
 
 :class:`BucketCounts` holds Prometheus-style cumulative buckets with fixed
 upper bounds (for ``/metrics`` exposition), and :data:`LATENCY_BUCKETS_S` /
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 DEFAULT_RELATIVE_ACCURACY = 0.005
@@ -49,6 +52,19 @@ ITL_BUCKETS_S: tuple[float, ...] = (
     0.025, 0.030, 0.035, 0.040, 0.050, 0.060, 0.075, 0.100, 0.150, 0.200,
     0.300, 0.500, 1.0, 2.0,
 )
+
+
+def exact_quantile(ordered: Sequence[float], q: float) -> float | None:
+    """The exact sample quantile of ``ordered`` (sorted ascending) by the rule above.
+
+    Rank ``floor(q * (n - 1))`` (numpy's ``method="lower"``): the one definition of
+    a per-request percentile (summary, Markdown, comparison and its bootstrap).
+    """
+    n = len(ordered)
+    if n == 0:
+        return None
+    q = min(max(q, 0.0), 1.0)
+    return float(ordered[math.floor(q * (n - 1))])
 
 
 class Histogram:

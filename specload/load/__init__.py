@@ -60,9 +60,10 @@ if TYPE_CHECKING:
     from specload.load.user import ChatUser
 
 
-def set_step(environment: Any, name: str) -> None:
-    """Label requests started from now on with ``name`` (master: on every worker too)."""
-    get_session(environment).set_step(name)
+def set_step(environment: Any, name: str, budget: int | None = None) -> None:
+    """Label requests started from now on with ``name`` (master: on every worker too);
+    ``budget``: exactly this many requests start in the step."""
+    get_session(environment).set_step(name, budget)
 
 
 def subscribe(environment: Any, callback: RecordCallback) -> None:

@@ -1,7 +1,28 @@
-"""Aggregates of request records, mergeable exactly (counters add, histograms merge).
+"""The one aggregate of request records: every figure specload reports is defined here.
 
-:class:`Stats` summarises any set of records; :class:`Aggregator` keeps one
-:class:`Stats` per ``(step, category)`` and answers totals over any subset.
+:class:`Stats` summarises any set of :class:`RequestRecord` objects and merges
+exactly (counters add, value lists concatenate, histograms merge), so a Locust
+master merging its workers' records, ``specload run``'s levels, ``results
+repair`` reading ``requests.jsonl`` and the Locust CSV/UI all get the same
+numbers from the same records. :meth:`Stats.result` writes them with
+``vllm bench serve``'s key names where they overlap (``completed``,
+``failed``, ``duration``, ``request_throughput``, ``output_throughput``,
+``{mean,median,p90,p99}_{ttft,tpot,itl,e2el}_ms``).
+
+Definitions:
+
+- Per-request figures (TTFT, TTFCT, TPOT, E2E) are exact sample quantiles of
+  the completed requests (:func:`specload.histogram.exact_quantile`); ITL is
+  per token, from mergeable histograms (within 0.5%).
+- Token totals and means are over completed requests. Failed and unfinished
+  requests are counted by class; their tokens are in ``tokens_received``.
+- Throughput is over a window: the tokens that *arrived* inside it (of any
+  request, whenever it started or ended: :meth:`RequestRecord.tokens_between`)
+  divided by its length, so requests long against the window bias nothing.
+  Without a window (plain Locust), the span from the first send to the last
+  end of the records, the same span for every category.
+
+:class:`Aggregator` keeps one :class:`Stats` per ``(step, category)``.
 """
 
 from __future__ import annotations
@@ -11,33 +32,50 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from specload.histogram import Histogram
+from specload.histogram import Histogram, exact_quantile
 from specload.load.records import RequestRecord
 
-HISTOGRAM_NAMES = ("ttft", "ttfct", "tpot", "e2e", "itl", "itl_chunk")
+# Per-request values kept exactly; the two ITL views are histograms.
+VALUE_NAMES = ("ttft", "ttfct", "tpot", "e2el")
+HISTOGRAM_NAMES = ("itl", "itl_chunk")
+METRICS = ("ttft", "ttfct", "tpot", "itl", "e2el")
+UNFINISHED = "unfinished"
+
+# A completed request "ended inside reasoning" when it hit max_tokens with no answer token.
+# More than this share of a level's completed requests triggers the truncation guard.
+TRUNCATION_WARN_RATIO = 0.2
 
 
 @dataclass
 class Stats:
-    """Counts and latency histograms (seconds) of a set of requests."""
+    """Counts, exact per-request values and ITL histograms of a set of requests."""
 
     completed: int = 0
     failed: int = 0
+    unfinished: int = 0
     errors: Counter[str] = field(default_factory=Counter)
     tokens_reasoning: int = 0
     tokens_content: int = 0
+    tokens_received: int = 0  # every request's tokens, failed and unfinished included
     reasoning_truncated: int = 0
+    tokens_estimated: int = 0
     chunks: int = 0
     chunks_coalesced: int = 0
+    chunked_tokens: int = 0
     token_sources: Counter[str] = field(default_factory=Counter)
     first_start_s: float | None = None
     last_end_s: float | None = None
-    ttft: Histogram = field(default_factory=Histogram)
-    ttfct: Histogram = field(default_factory=Histogram)
-    tpot: Histogram = field(default_factory=Histogram)
-    e2e: Histogram = field(default_factory=Histogram)
+    values: dict[str, list[float]] = field(
+        default_factory=lambda: {name: [] for name in VALUE_NAMES}
+    )
     itl: Histogram = field(default_factory=Histogram)  # per token
     itl_chunk: Histogram = field(default_factory=Histogram)  # per chunk (raw gaps)
+    _sorted: bool = field(default=True, repr=False)
+    # lengths (reasoning + content) of the completed requests that reached their answer,
+    # and the reasoning of those cut at max_tokens: what a fitting --max-tokens would be
+    answered_lengths: list[int] = field(default_factory=list, repr=False)
+    truncated_categories: Counter[str] = field(default_factory=Counter)
+    max_tokens_seen: int | None = None
 
     @property
     def tokens_output(self) -> int:
@@ -45,11 +83,11 @@ class Stats:
 
     @property
     def requests(self) -> int:
-        return self.completed + self.failed
+        return self.completed + self.failed + self.unfinished
 
     @property
     def tokens_per_chunk(self) -> float | None:
-        return self.tokens_output / self.chunks if self.chunks else None
+        return self.chunked_tokens / self.chunks if self.chunks else None
 
     @property
     def coalesced_share(self) -> float | None:
@@ -57,49 +95,71 @@ class Stats:
         gaps = self.itl_chunk.count
         return self.chunks_coalesced / gaps if gaps else None
 
+    @property
+    def reasoning_truncated_ratio(self) -> float | None:
+        return self.reasoning_truncated / self.completed if self.completed else None
+
+    # -- adding ---------------------------------------------------------------
     def add(self, r: RequestRecord) -> None:
         if r.ok:
             self.completed += 1
+        elif r.error_kind == UNFINISHED:
+            self.unfinished += 1
         else:
             self.failed += 1
             self.errors[r.error_kind or "unknown"] += 1
-        # Tokens received count even for failed requests (the server generated them).
-        self.tokens_reasoning += r.tokens_reasoning
-        self.tokens_content += r.tokens_content
-        self.chunks += r.chunks
-        self.chunks_coalesced += r.chunks_coalesced
-        if r.reasoning_truncated:
-            self.reasoning_truncated += 1
-        self.token_sources[r.token_count_source] += 1
+        self.tokens_received += r.tokens_output
         if self.first_start_s is None or r.start_s < self.first_start_s:
             self.first_start_s = r.start_s
         if self.last_end_s is None or r.end_s > self.last_end_s:
             self.last_end_s = r.end_s
+        if r.max_tokens is not None:
+            self.max_tokens_seen = max(self.max_tokens_seen or 0, r.max_tokens)
         if not r.ok:
             return
-        if r.ttft_s is not None:
-            self.ttft.add(r.ttft_s)
-        if r.ttfct_s is not None:
-            self.ttfct.add(r.ttfct_s)
-        if r.tpot_s is not None:
-            self.tpot.add(r.tpot_s)
-        if r.e2e_s is not None:
-            self.e2e.add(r.e2e_s)
+        self.tokens_reasoning += r.tokens_reasoning
+        self.tokens_content += r.tokens_content
+        self.token_sources[r.token_count_source] += 1
+        if r.token_count_source == "chunks-estimate":
+            self.tokens_estimated += 1
+        if r.chunks:
+            self.chunks += r.chunks
+            self.chunks_coalesced += r.chunks_coalesced
+            self.chunked_tokens += r.tokens_output
+        if r.reasoning_truncated:
+            self.reasoning_truncated += 1
+            self.truncated_categories[r.category] += 1
+        elif r.tokens_content > 0:
+            self.answered_lengths.append(r.tokens_output)
+        values = self.values
+        for name, value in (
+            ("ttft", r.ttft_s), ("ttfct", r.ttfct_s), ("tpot", r.tpot_s), ("e2el", r.e2e_s)
+        ):
+            if value is not None:
+                values[name].append(value)
+        self._sorted = False
         if r.itl_token_hist is not None:
             self.itl.merge(r.itl_token_hist)
         if r.itl_chunk_hist is not None:
             self.itl_chunk.merge(r.itl_chunk_hist)
 
+    def extend(self, records: Iterable[RequestRecord]) -> None:
+        for r in records:
+            self.add(r)
+
     def merge(self, other: Stats) -> None:
-        self.completed += other.completed
-        self.failed += other.failed
+        for name in (
+            "completed", "failed", "unfinished", "tokens_reasoning", "tokens_content",
+            "tokens_received", "reasoning_truncated", "tokens_estimated", "chunks",
+            "chunks_coalesced", "chunked_tokens",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         self.errors.update(other.errors)
-        self.tokens_reasoning += other.tokens_reasoning
-        self.tokens_content += other.tokens_content
-        self.reasoning_truncated += other.reasoning_truncated
-        self.chunks += other.chunks
-        self.chunks_coalesced += other.chunks_coalesced
         self.token_sources.update(other.token_sources)
+        self.truncated_categories.update(other.truncated_categories)
+        self.answered_lengths.extend(other.answered_lengths)
+        if other.max_tokens_seen is not None:
+            self.max_tokens_seen = max(self.max_tokens_seen or 0, other.max_tokens_seen)
         if other.first_start_s is not None and (
             self.first_start_s is None or other.first_start_s < self.first_start_s
         ):
@@ -108,45 +168,94 @@ class Stats:
             self.last_end_s is None or other.last_end_s > self.last_end_s
         ):
             self.last_end_s = other.last_end_s
-        for name in HISTOGRAM_NAMES:
-            getattr(self, name).merge(getattr(other, name))
+        for name in VALUE_NAMES:
+            self.values[name].extend(other.values[name])
+        self._sorted = False
+        self.itl.merge(other.itl)
+        self.itl_chunk.merge(other.itl_chunk)
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
+    # -- reading --------------------------------------------------------------
+    def _sorted_values(self) -> dict[str, list[float]]:
+        if not self._sorted:
+            for v in self.values.values():
+                v.sort()
+            self._sorted = True
+        return self.values
+
+    def quantile(self, metric: str, q: float) -> float | None:
+        """Seconds at quantile ``q`` of ``metric`` (``ttft``, ``ttfct``, ``tpot``, ``e2el``,
+        ``itl``, ``itl_chunk``)."""
+        if metric in HISTOGRAM_NAMES:
+            hist: Histogram = getattr(self, metric)
+            return hist.quantile(q)
+        return exact_quantile(self._sorted_values()[metric], q)
+
+    def mean(self, metric: str) -> float | None:
+        if metric in HISTOGRAM_NAMES:
+            hist: Histogram = getattr(self, metric)
+            return hist.mean
+        values = self.values[metric]
+        return sum(values) / len(values) if values else None
+
+    @property
+    def span_s(self) -> float:
+        """From the first send to the last end (seconds; 0 without records)."""
+        if self.first_start_s is None or self.last_end_s is None:
+            return 0.0
+        return max(0.0, self.last_end_s - self.first_start_s)
+
+    def suggested_max_tokens(self) -> int | None:
+        """A ``--max-tokens`` that the reasoning seen would fit (None: no truncation).
+
+        The p90 length of the requests that reached their answer, plus a quarter, when
+        there are some; else twice the budget that was exhausted. Rounded up to 256.
+        """
+        if not self.reasoning_truncated:
+            return None
+        budget = self.max_tokens_seen or 0
+        if self.answered_lengths:
+            ordered = sorted(self.answered_lengths)
+            p90 = exact_quantile(ordered, 0.9) or 0.0
+            want = max(p90 * 1.25, budget * 1.5)
+        else:
+            want = budget * 2
+        return max(256, int(-(-want // 256) * 256))
+
+    def result(self, duration_s: float, window_tokens: float | None = None) -> dict[str, Any]:
+        """The numbers (vLLM-bench style keys; ``None`` where there is nothing to report).
+
+        ``window_tokens``: the tokens that arrived in the ``duration_s`` window; without
+        it, throughput is the completed requests' tokens over ``duration_s``.
+        """
+        tokens = self.tokens_output if window_tokens is None else window_tokens
+        out: dict[str, Any] = {
             "completed": self.completed,
             "failed": self.failed,
-            "errors": dict(self.errors),
-            "tokens_reasoning": self.tokens_reasoning,
-            "tokens_content": self.tokens_content,
-            "reasoning_truncated": self.reasoning_truncated,
-            "chunks": self.chunks,
-            "chunks_coalesced": self.chunks_coalesced,
-            "token_sources": dict(self.token_sources),
-            "first_start_s": self.first_start_s,
-            "last_end_s": self.last_end_s,
+            "unfinished": self.unfinished,
+            "duration": duration_s,
+            "request_throughput": self.completed / duration_s if duration_s > 0 else None,
+            "output_throughput": tokens / duration_s if duration_s > 0 else None,
+            "total_output_tokens": self.tokens_output,
+            "total_reasoning_tokens": self.tokens_reasoning,
+            "total_content_tokens": self.tokens_content,
+            "tokens_received": self.tokens_received,
         }
-        for name in HISTOGRAM_NAMES:
-            d[name] = getattr(self, name).to_dict()
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Stats:
-        s = cls(
-            completed=int(d["completed"]),
-            failed=int(d["failed"]),
-            errors=Counter(d["errors"]),
-            tokens_reasoning=int(d["tokens_reasoning"]),
-            tokens_content=int(d["tokens_content"]),
-            reasoning_truncated=int(d["reasoning_truncated"]),
-            chunks=int(d["chunks"]),
-            chunks_coalesced=int(d["chunks_coalesced"]),
-            token_sources=Counter(d["token_sources"]),
-            first_start_s=d["first_start_s"],
-            last_end_s=d["last_end_s"],
-        )
-        for name in HISTOGRAM_NAMES:
-            setattr(s, name, Histogram.from_dict(d[name]))
-        return s
+        for metric in METRICS:
+            qs = [self.quantile(metric, q) for q in (0.5, 0.9, 0.99)]
+            for stat, value in zip(("mean", "median", "p90", "p99"), [self.mean(metric), *qs],
+                                   strict=True):
+                out[f"{stat}_{metric}_ms"] = None if value is None else value * 1000.0
+        n = self.completed
+        out["mean_output_tokens"] = self.tokens_output / n if n else None
+        out["mean_reasoning_tokens"] = self.tokens_reasoning / n if n else None
+        out["mean_content_tokens"] = self.tokens_content / n if n else None
+        out["reasoning_truncated"] = self.reasoning_truncated
+        out["reasoning_truncated_ratio"] = self.reasoning_truncated_ratio
+        out["mean_tokens_per_chunk"] = self.tokens_per_chunk
+        out["coalesced_chunk_share"] = self.chunks_coalesced / self.chunks if self.chunks else None
+        out["tokens_estimated"] = self.tokens_estimated
+        out["errors"] = dict(sorted(self.errors.items()))
+        return out
 
 
 class Aggregator:
@@ -181,3 +290,14 @@ class Aggregator:
     @property
     def categories(self) -> list[str]:
         return sorted({c for _, c in self.stats})
+
+    def step_result(self, step: str) -> dict[str, Any]:
+        """A step's numbers with a ``categories`` part, over the step's span (no window):
+        every category divided by the same span, so categories sum to the whole."""
+        whole = self.total(step=step)
+        span = whole.span_s
+        out = whole.result(span)
+        out["categories"] = {
+            c: s.result(span) for (st, c), s in sorted(self.stats.items()) if st == step
+        }
+        return out

@@ -11,7 +11,16 @@ from specload.histogram import Histogram
 TOKEN_SOURCES = ("exact", "usage", "tokenizer", "chunks-estimate")
 
 # Error classes (``error_kind``); HTTP statuses appear as ``http_<code>``.
-ERROR_KINDS = ("refused", "reset", "timeout", "malformed", "no_done", "protocol", "http_<code>")
+# ``malformed_usage``: a usage object or token count the meter cannot believe;
+# ``unfinished``: still in flight at the drain deadline (partial tokens kept);
+# ``client_error``: a fault inside specload's own meter (never the target's).
+ERROR_KINDS = (
+    "refused", "reset", "timeout", "malformed", "malformed_usage", "no_done", "protocol",
+    "unfinished", "client_error", "http_<code>",
+)
+
+# Spacing (s) of the token-arrival samples a record keeps (``arrivals``).
+ARRIVAL_SAMPLE_S = 0.5
 
 
 @dataclass(slots=True)
@@ -57,6 +66,10 @@ class RequestRecord:
     token_count_source: str = "exact"
     channel_split_source: str = "exact"
     worker: str = ""
+    # Token arrivals: ``[offset_s, cumulative_tokens]`` pairs, offsets from ``start_s``:
+    # the first token-bearing chunk, then about one pair per ARRIVAL_SAMPLE_S, then the
+    # last chunk. Window throughput counts the tokens that arrived inside the window.
+    arrivals: list[list[float]] | None = None
     itl_token_hist: Histogram | None = field(default=None, repr=False)
     itl_chunk_hist: Histogram | None = field(default=None, repr=False)
 
@@ -67,6 +80,39 @@ class RequestRecord:
     @property
     def itl_token_median_s(self) -> float | None:
         return self.itl_token_hist.quantile(0.5) if self.itl_token_hist else None
+
+    def tokens_between(self, lo_s: float, hi_s: float) -> float:
+        """Output tokens that arrived in ``[lo_s, hi_s]`` (wall clock, like ``start_s``).
+
+        Read from :attr:`arrivals` (linear between samples; a chunk's tokens arrive at
+        its time); without them, the first token at TTFT and the rest evenly until E2E.
+        """
+        if hi_s <= lo_s:
+            return 0.0
+        return self._tokens_until(hi_s) - self._tokens_until(lo_s)
+
+    def _tokens_until(self, t_s: float) -> float:
+        points = self.arrivals
+        if not points:
+            total = self.tokens_output
+            if total <= 0 or self.e2e_s is None:
+                return 0.0
+            first = self.ttft_s if self.ttft_s is not None else self.e2e_s
+            points = [[first, 1.0 if total > 1 else float(total)], [self.e2e_s, float(total)]]
+        offset = t_s - self.start_s
+        if offset < points[0][0]:
+            return 0.0
+        if offset >= points[-1][0]:
+            return float(points[-1][1])
+        lo, hi = 0, len(points) - 1  # points[lo][0] <= offset < points[hi][0]
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if points[mid][0] <= offset:
+                lo = mid
+            else:
+                hi = mid
+        (t0, c0), (t1, c1) = points[lo], points[hi]
+        return float(c0 + (c1 - c0) * (offset - t0) / (t1 - t0)) if t1 > t0 else float(c1)
 
     def to_dict(self, *, include_histograms: bool = False) -> dict[str, Any]:
         """Plain data (JSON-ready). Histograms go as :meth:`Histogram.to_dict` if asked."""

@@ -12,8 +12,15 @@ Runner messages (registered in ``events.init``):
   report: ``{"records": [RequestRecord.to_dict(include_histograms=True)…],
   "started": n}`` — every completed request travels, so the master's
   aggregates equal a single process's exactly;
-- ``specload:step`` master -> workers: ``{"name": step, "seq": n}``; also sent
-  to each worker when it connects.
+- ``specload:step`` master -> workers: ``{"name": step, "seq": n, "budget": k}``;
+  also sent to each worker when it connects. ``budget`` (or None): how many
+  requests the worker may still start in this step — a count-based window of N
+  requests is split among the workers so that exactly N are sent;
+- ``specload:budget`` master -> one worker: ``{"seq": n, "add": k}``, more budget
+  for step ``n`` (the share of a worker that went missing, so the level still
+  gets its N requests).
+
+Workers report ``budget_left`` and ``seq`` with their records.
 """
 
 from __future__ import annotations
@@ -22,17 +29,18 @@ import csv
 import html
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import gevent
+import gevent.event
 import gevent.lock
 import orjson
 
 from specload.errors import UsageError
-from specload.load.aggregate import Aggregator, Stats
+from specload.load.aggregate import Aggregator
 from specload.load.chat import ChatRequester, ChatSettings
 from specload.load.http import Connection, RequestFailed
 from specload.load.meter import TokenCounter
@@ -46,6 +54,7 @@ log = logging.getLogger("specload.load")
 
 MSG_RECORDS = "specload:records"
 MSG_STEP = "specload:step"
+MSG_BUDGET = "specload:budget"
 FLUSH_INTERVAL_S = 0.25
 DRAIN_TIMEOUT_S = 10.0
 
@@ -58,6 +67,11 @@ class _WorkerCount:
     received: int = 0
     missing_logged: bool = False
     greeted: bool = False
+    budget: int | None = None  # the share of the current step's budget sent to it
+    budget_left: int | None = None  # as last reported, for ``budget_seq``
+    budget_seq: int = 0
+    redistributed: bool = False
+    lost_moved: int = 0  # its lost requests already given to other workers
 
 
 class LoadSession:
@@ -70,6 +84,9 @@ class LoadSession:
         self.options = opts
         self.step: str = getattr(opts, "step", DEFAULT_STEP) or DEFAULT_STEP
         self.step_seq = 0
+        # Requests this process may still start in the current step (None: no limit).
+        self.budget: int | None = None
+        self._step_changed = gevent.event.Event()
         self.aggregator = Aggregator()
         self.metrics = ClientMetrics(users=self._user_count, lost_requests=self.lost_requests)
         self.metrics_port: int | None = None
@@ -95,15 +112,42 @@ class LoadSession:
         """Call ``callback(record)`` for every completed request (on local/master)."""
         self._subscribers.append(callback)
 
-    def set_step(self, name: str) -> None:
-        """Label requests started from now on with ``name``; propagated to all workers."""
+    def set_step(self, name: str, budget: int | None = None) -> None:
+        """Label requests started from now on with ``name``; propagated to all workers.
+
+        ``budget``: exactly this many requests start in the step (split among the
+        workers); users that find it spent wait for the next step.
+        """
         if not name or not isinstance(name, str):
             raise ValueError("a step name must be a non-empty string")
+        if budget is not None and budget < 0:
+            raise ValueError("a step budget must be >= 0")
         self.step_seq += 1
         self.step = name
         runner = self.environment.runner
         if self.role == "master" and runner is not None:
-            runner.send_message(MSG_STEP, {"name": name, "seq": self.step_seq})
+            self.budget = budget
+            ready = [c.id for c in runner.clients.ready] if budget is not None else []
+            shares = _split(budget, len(ready)) if budget is not None else []
+            for count in self._workers.values():
+                count.budget = None if budget is None else 0
+                count.budget_left = None
+                count.redistributed = False
+            for node_id, share in zip(ready, shares, strict=True):
+                count = self._workers.setdefault(node_id, _WorkerCount())
+                count.budget = share
+            if budget is None:
+                runner.send_message(MSG_STEP, {"name": name, "seq": self.step_seq, "budget": None})
+            else:
+                for node_id, count in self._workers.items():
+                    self._send_step(node_id, count)
+        else:
+            self.budget = budget
+        self._wake()
+
+    def _wake(self) -> None:
+        event, self._step_changed = self._step_changed, gevent.event.Event()
+        event.set()
 
     def in_flight(self) -> int:
         """Requests started and not yet published here (master: as workers last reported;
@@ -153,6 +197,7 @@ class LoadSession:
         elif isinstance(runner, WorkerRunner):
             self.role = "worker"
             runner.register_message(MSG_STEP, self._on_step)
+            runner.register_message(MSG_BUDGET, self._on_budget)
             self.environment.events.report_to_master.add_listener(
                 lambda client_id, data: self.flush()
             )
@@ -282,7 +327,14 @@ class LoadSession:
         )
 
     def request_started(self) -> str:
-        """Count a request and return the step it belongs to."""
+        """Count a request and return the step it belongs to.
+
+        In a step with a budget, a user that finds it spent waits here for the next step.
+        """
+        while self.budget is not None and self.budget <= 0:
+            self._step_changed.wait()
+        if self.budget is not None:
+            self.budget -= 1
         self.started += 1
         return self.step
 
@@ -321,17 +373,21 @@ class LoadSession:
         self._said_hello = True  # the first message tells the master to send the step
         batch, self._pending = self._pending, []
         try:
-            runner.send_message(MSG_RECORDS, {"records": batch, "started": self.started})
+            runner.send_message(
+                MSG_RECORDS,
+                {"records": batch, "started": self.started, "seq": self.step_seq,
+                 "budget_left": self.budget},
+            )
         except Exception as exc:  # the master is gone: keep the records for the next try
             self._pending[:0] = batch
             log.debug("specload: could not send records: %s", exc)
 
     def _flush_loop(self) -> None:
-        sent_started = -1
+        sent: tuple[int, int] = (-1, -1)
         while True:
             gevent.sleep(FLUSH_INTERVAL_S)
-            if self._pending or sent_started != self.started:
-                sent_started = self.started
+            if self._pending or sent != (self.started, self.step_seq):
+                sent = (self.started, self.step_seq)
                 self.flush()
 
     def _on_step(self, environment: Any, msg: Any, **kw: Any) -> None:
@@ -340,12 +396,25 @@ class LoadSession:
         if seq >= self.step_seq:
             self.step_seq = seq
             self.step = str(data["name"])
+            budget = data.get("budget")
+            self.budget = None if budget is None else int(budget)
+            self._wake()
+
+    def _on_budget(self, environment: Any, msg: Any, **kw: Any) -> None:
+        data = msg.data or {}
+        if int(data.get("seq", -1)) == self.step_seq and self.budget is not None:
+            self.budget += int(data.get("add", 0))
+            self._wake()
 
     # -- master side ---------------------------------------------------------
     def _on_records(self, environment: Any, msg: Any, **kw: Any) -> None:
         data = msg.data or {}
         count = self._workers.setdefault(msg.node_id, _WorkerCount())
         count.started = int(data.get("started", count.started))
+        if data.get("seq") is not None:
+            count.budget_seq = int(data["seq"])
+            left = data.get("budget_left")
+            count.budget_left = None if left is None else int(left)
         if not count.greeted:
             # A worker's first message: it may have missed the step sent when it connected
             # (before its handlers were registered).
@@ -388,9 +457,40 @@ class LoadSession:
     def _send_step(self, client_id: str, count: _WorkerCount) -> None:
         runner = self.environment.runner
         if runner is not None:
+            budget = None if self.budget is None else (count.budget or 0)
             runner.send_message(
-                MSG_STEP, {"name": self.step, "seq": self.step_seq}, client_id=client_id
+                MSG_STEP,
+                {"name": self.step, "seq": self.step_seq, "budget": budget},
+                client_id=client_id,
             )
+
+    def _redistribute(self, node_id: str, count: _WorkerCount) -> None:
+        """Give a vanished worker's unspent budget, and its requests that will never
+        report back, to a worker still running: the level still gets its N requests."""
+        runner = self.environment.runner
+        if runner is None or self.budget is None or count.redistributed:
+            return
+        count.redistributed = True
+        share = count.budget or 0
+        left = count.budget_left if count.budget_seq == self.step_seq else None
+        unspent = share if left is None else max(0, left)
+        lost = max(0, count.started - count.received - count.lost_moved)
+        count.lost_moved += lost
+        extra = unspent + lost
+        ready = [c.id for c in runner.clients.ready if c.id != node_id]
+        if not extra or not ready:
+            return
+        for target, add in zip(ready, _split(extra, len(ready)), strict=True):
+            if add:
+                t = self._workers.setdefault(target, _WorkerCount())
+                t.budget = (t.budget or 0) + add
+                runner.send_message(
+                    MSG_BUDGET, {"seq": self.step_seq, "add": add}, client_id=target
+                )
+        log.warning(
+            "specload: %d requests of step %s moved from missing worker %s to %d other workers",
+            extra, self.step, node_id, len(ready),
+        )
 
     def _watch_workers(self) -> None:
         while True:
@@ -401,6 +501,8 @@ class LoadSession:
             for node_id, count in self._workers.items():
                 client = runner.clients.get(node_id)
                 gone = client is None or client.state == "missing"
+                if gone and not count.redistributed:
+                    self._redistribute(node_id, count)
                 if gone and not count.missing_logged:
                     count.missing_logged = True
                     log.warning(
@@ -419,6 +521,14 @@ class LoadSession:
         if self._metrics_server is not None:
             self._metrics_server.shutdown()
             self._metrics_server = None
+
+
+def _split(total: int, parts: int) -> list[int]:
+    """``total`` in ``parts`` shares differing by at most one (the first ones larger)."""
+    if parts <= 0:
+        return []
+    base, extra = divmod(total, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
 def detect_model(url: ServerURL, api_key: str = "") -> str:
@@ -461,44 +571,57 @@ def fire_locust_events(environment: Any, r: RequestRecord) -> None:
 
 
 CSV_COLUMNS = (
-    "step", "category", "completed", "failed", "output_tokens", "reasoning_tokens",
-    "content_tokens", "output_tokens_per_s", "median_ttft_ms", "p90_ttft_ms", "median_ttfct_ms",
-    "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "median_itl_ms", "median_e2e_ms",
-    "tokens_per_chunk", "coalesced_gap_share", "reasoning_truncated",
+    "step", "category", "completed", "failed", "unfinished", "output_tokens",
+    "reasoning_tokens", "content_tokens", "output_tokens_per_s", "median_ttft_ms",
+    "p90_ttft_ms", "median_ttfct_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms",
+    "median_itl_ms", "median_e2e_ms", "tokens_per_chunk", "coalesced_gap_share",
+    "reasoning_truncated",
 )
 
 
-def stats_row(step: str, category: str, s: Stats) -> dict[str, Any]:
-    def ms(v: float | None) -> str:
-        return "" if v is None else f"{v * 1000:.3f}"
+def stats_row(step: str, category: str, n: Mapping[str, Any]) -> dict[str, Any]:
+    """One CSV/HTML row from a step's or category's numbers (:meth:`Stats.result`)."""
 
-    span = (s.last_end_s or 0.0) - (s.first_start_s or 0.0)
+    def ms(key: str) -> str:
+        v = n.get(key)
+        return "" if v is None else f"{v:.3f}"
+
+    def num(key: str, digits: int) -> str:
+        v = n.get(key)
+        return "" if v is None else f"{v:.{digits}f}"
+
     return {
-        "step": step, "category": category, "completed": s.completed, "failed": s.failed,
-        "output_tokens": s.tokens_output, "reasoning_tokens": s.tokens_reasoning,
-        "content_tokens": s.tokens_content,
-        "output_tokens_per_s": f"{s.tokens_output / span:.1f}" if span > 0 else "",
-        "median_ttft_ms": ms(s.ttft.quantile(0.5)), "p90_ttft_ms": ms(s.ttft.quantile(0.9)),
-        "median_ttfct_ms": ms(s.ttfct.quantile(0.5)),
-        "median_tpot_ms": ms(s.tpot.quantile(0.5)), "p90_tpot_ms": ms(s.tpot.quantile(0.9)),
-        "p99_tpot_ms": ms(s.tpot.quantile(0.99)), "median_itl_ms": ms(s.itl.quantile(0.5)),
-        "median_e2e_ms": ms(s.e2e.quantile(0.5)),
-        "tokens_per_chunk": f"{s.tokens_per_chunk:.3f}" if s.tokens_per_chunk else "",
-        "coalesced_gap_share": (
-            f"{s.coalesced_share:.3f}" if s.coalesced_share is not None else ""
-        ),
-        "reasoning_truncated": s.reasoning_truncated,
+        "step": step, "category": category, "completed": n["completed"], "failed": n["failed"],
+        "unfinished": n["unfinished"], "output_tokens": n["total_output_tokens"],
+        "reasoning_tokens": n["total_reasoning_tokens"],
+        "content_tokens": n["total_content_tokens"],
+        "output_tokens_per_s": num("output_throughput", 1),
+        "median_ttft_ms": ms("median_ttft_ms"), "p90_ttft_ms": ms("p90_ttft_ms"),
+        "median_ttfct_ms": ms("median_ttfct_ms"),
+        "median_tpot_ms": ms("median_tpot_ms"), "p90_tpot_ms": ms("p90_tpot_ms"),
+        "p99_tpot_ms": ms("p99_tpot_ms"), "median_itl_ms": ms("median_itl_ms"),
+        "median_e2e_ms": ms("median_e2el_ms"),
+        "tokens_per_chunk": num("mean_tokens_per_chunk", 3),
+        "coalesced_gap_share": num("coalesced_chunk_share", 3),
+        "reasoning_truncated": n["reasoning_truncated"],
     }
+
+
+def stats_rows(aggregator: Aggregator) -> list[dict[str, Any]]:
+    """Per step and category, then per step (category ``all``): one definition of each
+    figure (:meth:`Aggregator.step_result`), the CSV's and the web UI's."""
+    rows = []
+    for step in aggregator.steps:
+        numbers = aggregator.step_result(step)
+        for category, cat in numbers["categories"].items():
+            rows.append(stats_row(step, category, cat))
+        rows.append(stats_row(step, "all", numbers))
+    return rows
 
 
 def write_csv(path: Path, aggregator: Aggregator) -> None:
     """Per step and category, then per step (category ``all``); written atomically."""
-    rows = []
-    for step in aggregator.steps:
-        for category in aggregator.categories:
-            if (step, category) in aggregator.stats:
-                rows.append(stats_row(step, category, aggregator.stats[(step, category)]))
-        rows.append(stats_row(step, "all", aggregator.total(step=step)))
+    rows = stats_rows(aggregator)
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
@@ -509,12 +632,7 @@ def write_csv(path: Path, aggregator: Aggregator) -> None:
 
 def stats_html(aggregator: Aggregator) -> str:
     """The per-step, per-category table as an HTML page (Locust web UI: ``/specload``)."""
-    rows = []
-    for step in aggregator.steps:
-        for category in aggregator.categories:
-            if (step, category) in aggregator.stats:
-                rows.append(stats_row(step, category, aggregator.stats[(step, category)]))
-        rows.append(stats_row(step, "all", aggregator.total(step=step)))
+    rows = stats_rows(aggregator)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in CSV_COLUMNS)
     body = "".join(
         "<tr>" + "".join(f"<td>{html.escape(str(r[c]))}</td>" for c in CSV_COLUMNS) + "</tr>"

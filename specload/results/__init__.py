@@ -14,17 +14,16 @@ from typing import Any
 
 import orjson
 
-from specload.results.aggregate import Aggregate, LevelAggregate, RecordView, aggregate_records
+from specload.results.aggregate import LevelAggregate, aggregate_records, summarize_level
 from specload.results.writer import ResultsWriter, read_requests, read_summary
 
 __all__ = [
-    "Aggregate",
     "LevelAggregate",
-    "RecordView",
     "ResultsWriter",
     "aggregate_records",
     "read_requests",
     "read_summary",
+    "summarize_level",
     "summary_schema",
 ]
 

@@ -64,6 +64,8 @@ class LocustBackend:
         opts = parser.parse_args(["--headless", "--host", host])
         for dest, value in load_options.items():
             setattr(opts, dest, value)
+        # A worker that goes missing: Locust starts its users again on the others.
+        opts.enable_rebalancing = True
         self.options = opts
         self.env = Environment(
             user_classes=[SweepUser],
@@ -133,8 +135,8 @@ class LocustBackend:
             gevent.sleep(0.1)
 
     # -- LoadBackend --------------------------------------------------------------
-    def set_step(self, step: str) -> None:
-        load_api.set_step(self.env, step)
+    def set_step(self, step: str, budget: int | None = None) -> None:
+        load_api.set_step(self.env, step, budget)
 
     def _pace(self, rate: float | None, *, hold: bool = False) -> None:
         self._pace_seq += 1
@@ -181,6 +183,10 @@ class LocustBackend:
 
     def user_count(self) -> int:
         return int(self.runner.user_count)
+
+    def lost(self) -> int:
+        """Requests started on workers that went missing and never reported back."""
+        return int(load_api.get_session(self.env).lost_requests())
 
     def close(self) -> None:
         """Quit the runner (workers too) and reap the worker processes."""

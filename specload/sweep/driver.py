@@ -9,19 +9,26 @@ fake clock; ``specload run`` plugs in Locust runners and gevent.
 Samples belong to exactly one level: the step is set before a level's window
 starts and changed when it ends; every request carries the step in force when
 it *started*. Requests in flight at a window's end still belong to their
-level (they complete during the next warm-up, or in the final drain), so the
-window's throughput counts the requests started in it.
+level (they complete during the next warm-up, or in the final drain). The
+window's throughput is the tokens that *arrived* during it (of any request)
+over its length. A count-based window (``--requests N``) gives its step a
+budget of exactly N requests. Requests still in flight at the drain deadline
+are stopped and recorded as ``unfinished``; requests lost with a worker are
+counted as ``lost``; the users actually running are sampled every tick.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from specload.results.aggregate import LevelAggregate, RecordView
+from specload.load.aggregate import TRUNCATION_WARN_RATIO
+from specload.load.records import RequestRecord
+from specload.results.aggregate import LevelAggregate
 from specload.sweep.plan import Level, SweepPlan
 from specload.sweep.window import Outage, Window
 
@@ -31,17 +38,27 @@ log = logging.getLogger("specload.sweep")
 CONNECTION_ERRORS = frozenset({"refused", "reset", "timeout", "http_502", "http_503"})
 DRAIN_STEP = "drain"
 OUTAGE_SUFFIX = "-outage"
+# A level whose users ran below this share of its concurrency is flagged ``users_short``.
+USERS_HELD_MIN_RATIO = 0.95
+# Users are sampled from this long after a window starts (workers report every second).
+USERS_SAMPLE_DELAY_S = 1.5
+# A level whose median request is longer than this share of its window gets a warning.
+LONG_REQUEST_RATIO = 0.25
+# After the drain deadline, how long stopped requests have to report as ``unfinished``.
+ABORT_REPORT_S = 10.0
 
 
 class LoadBackend(Protocol):
     """What the driver needs from the load generator (Locust runners in practice)."""
 
-    def set_step(self, step: str) -> None: ...
+    def set_step(self, step: str, budget: int | None = None) -> None: ...
     def start(self, level: Level) -> None: ...
     def pause(self) -> None: ...
     def stop(self) -> None: ...
     def hold(self) -> None: ...
     def in_flight(self) -> int: ...
+    def user_count(self) -> int: ...
+    def lost(self) -> int: ...
 
 
 class ServerSide(Protocol):
@@ -72,6 +89,15 @@ class LevelState:
     window_ended_at: str | None = None
     server: dict[str, Any] = field(default_factory=dict)
     aggregate: LevelAggregate = field(default_factory=LevelAggregate)
+    window_start_wall: float | None = None
+    window_end_wall: float | None = None
+    users_area: float = 0.0  # user-seconds sampled over the window
+    users_time: float = 0.0
+    users_min: int | None = None
+    _last_sample: float | None = None
+    lost_at_start: int = 0
+    lost: int = 0
+    started: int = 0  # records of this level's step that arrived
 
     @property
     def outages(self) -> list[Outage]:
@@ -100,7 +126,7 @@ class SweepDriver:
         wall: Callable[[], float],
         sleep: Callable[[float], None],
         on_summary: Callable[[dict[str, Any]], None],
-        on_record_written: Callable[[Mapping[str, Any]], None] | None = None,
+        on_record_written: Callable[[RequestRecord], None] | None = None,
         server: Callable[[], ServerSide] | None = None,
         outage: OutagePolicy | None = None,
         metadata: dict[str, Any] | None = None,
@@ -138,20 +164,25 @@ class SweepDriver:
         self._drain_start: float | None = None
 
     # -- inputs -------------------------------------------------------------
-    def on_record(self, raw: Mapping[str, Any]) -> None:
-        """A completed request (any step). Called where records are aggregated."""
+    def on_record(self, record: RequestRecord) -> None:
+        """A finished request (any step): completed, failed, or unfinished."""
         self.records += 1
         if self.on_record_written is not None:
-            self.on_record_written(raw)
-        view = RecordView(raw)
-        state = self._by_step.get(view.step)
-        if view.error in CONNECTION_ERRORS:
+            self.on_record_written(record)
+        if record.error_kind in CONNECTION_ERRORS:
             if not self._suspect_outage:
                 self._suspect_since = self.clock()
             self._suspect_outage = True
+        # Tokens count for every window they arrived in, whichever level sent them.
+        for s in self.states:
+            lo, hi = s.window_start_wall, s.window_end_wall
+            if lo is not None and record.end_s >= lo and (hi is None or record.start_s <= hi):
+                s.aggregate.add_window_tokens(record, lo, hi if hi is not None else math.inf)
+        state = self._by_step.get(record.step)
         if state is None:
             return
-        state.aggregate.add(view)
+        state.aggregate.add(record)
+        state.started += 1
         if state.window is not None and state.window.end_s is None:
             state.window.completed += 1
 
@@ -187,6 +218,10 @@ class SweepDriver:
         finally:
             self.sweep_end = self.clock()
             self.backend.stop()
+            # The stopped requests report as unfinished: give them a moment to arrive.
+            deadline = self.clock() + ABORT_REPORT_S / 3
+            while self.backend.in_flight() > 0 and self.clock() < deadline:
+                self.sleep(self.tick_s)
             self.ended_wall = self.wall()
             summary = self.write_summary()
         return summary
@@ -196,6 +231,7 @@ class SweepDriver:
         level = state.level
         self.current = state
         state.started_at = iso(self.wall())
+        state.lost_at_start = self.backend.lost()
         log.info("level %s begins (%d users)", level.name, level.users)
         if level.warmup_s > 0:
             state.phase = "warmup"
@@ -205,11 +241,16 @@ class SweepDriver:
             state.warmup = Window(self.clock(), level.warmup_s)
         else:
             state.phase = "measure"
-            self.backend.set_step(level.name)
+            self.backend.set_step(level.name, level.requests)
             self.backend.start(level)
             self.sleep(0)  # let the users spawn before anything else runs
-            state.window = Window(self.clock(), level.duration_s, level.requests)
-            state.window_started_at = iso(self.wall())
+            self._open_window(state)
+
+    def _open_window(self, state: LevelState) -> None:
+        level = state.level
+        state.window = Window(self.clock(), level.duration_s, level.requests)
+        state.window_start_wall = self.wall()
+        state.window_started_at = iso(state.window_start_wall)
 
     def _run_level(self, state: LevelState, following: LevelState | None) -> None:
         """Run a level already begun; begin the next one the moment its window ends.
@@ -222,22 +263,23 @@ class SweepDriver:
             self._run_window(state, state.warmup, level.warmup_name)
             state.warmup.finish(self.clock())
             state.phase = "measure"
-            self.backend.set_step(level.name)
-            state.window = Window(self.clock(), level.duration_s, level.requests)
-            state.window_started_at = iso(self.wall())
+            self.backend.set_step(level.name, level.requests)
+            self._open_window(state)
         assert state.window is not None
         probe = self.server_factory() if self.server_factory is not None else None
         if probe is not None:
             probe.start()  # within the first milliseconds of the window
         self._run_window(state, state.window, level.name)
         state.window.finish(self.clock())
-        state.window_ended_at = iso(self.wall())
+        state.window_end_wall = self.wall()
+        state.window_ended_at = iso(state.window_end_wall)
+        state.lost = self.backend.lost() - state.lost_at_start
         log.info("level %s window ends after %.3fs", level.name, state.window.active_s(0))
         if following is not None:
             self._begin_level(following)
         else:
             # The drain starts now: no new request, the in-flight ones finish.
-            self.backend.set_step(DRAIN_STEP)
+            self.backend.set_step(DRAIN_STEP, 0)
             self.backend.hold()
             self._drain_start = self.clock()
             self.current = None
@@ -245,6 +287,8 @@ class SweepDriver:
             state.server = probe.end()
         state.ended_at = state.window_ended_at
         state.phase = "done"
+        for warning in self.level_warnings(state):
+            log.warning("level %s: %s", level.name, warning)
         self.write_summary()
 
     def _run_window(self, state: LevelState, window: Window, step: str) -> None:
@@ -255,12 +299,27 @@ class SweepDriver:
                 if self.outage.is_refusing():
                     self._handle_outage(state, window, step)
                     continue
+            if window is state.window:
+                self._sample_users(state, window)
             if self.on_tick is not None:
                 self.on_tick(self)
             remaining = window.remaining_s(self.clock())
             pause = self.tick_s if remaining is None else min(self.tick_s, remaining)
             if pause > 0:
                 self.sleep(pause)
+
+    def _sample_users(self, state: LevelState, window: Window) -> None:
+        """Integrate the users actually running over the window (not during outages)."""
+        now = self.clock()
+        last, state._last_sample = state._last_sample, now
+        if window.paused or now - window.start_s < USERS_SAMPLE_DELAY_S or last is None:
+            return
+        users = self.backend.user_count()
+        dt = now - max(last, window.start_s + USERS_SAMPLE_DELAY_S)
+        if dt > 0:
+            state.users_area += users * dt
+            state.users_time += dt
+        state.users_min = users if state.users_min is None else min(state.users_min, users)
 
     def _handle_outage(self, state: LevelState, window: Window, step: str) -> None:
         # The outage began with the first connection error, a tick or so ago.
@@ -285,7 +344,15 @@ class SweepDriver:
         self.phase_note = ""
         self._suspect_outage = False
         self._suspect_since = None
-        self.backend.set_step(step)
+        budget = None
+        if window.target_requests is not None:
+            # What the level still needs: its requests so far all have records (the users
+            # stopped for the outage recorded theirs as unfinished) once they arrive.
+            deadline = self.clock() + ABORT_REPORT_S
+            while self.backend.in_flight() > 0 and self.clock() < deadline:
+                self.sleep(self.tick_s)
+            budget = max(0, window.target_requests - window.completed)
+        self.backend.set_step(step, budget)
         self.backend.start(state.level)
 
     def _check_stop(self) -> None:
@@ -304,6 +371,19 @@ class SweepDriver:
             if self.on_tick is not None:
                 self.on_tick(self)
             self.sleep(self.tick_s)
+        left = self.backend.in_flight()
+        if left > 0:
+            # Past the deadline: stop the users; their requests report as ``unfinished``.
+            log.warning("drain: %d requests still in flight after %.0fs: stopped, recorded "
+                        "as unfinished", left, self.drain_timeout_s)
+            self.phase_note = f"stopping {left} unfinished requests"
+            self.backend.stop()
+            deadline = self.clock() + ABORT_REPORT_S
+            while self.backend.in_flight() > 0 and self.clock() < deadline:
+                self.sleep(self.tick_s)
+        last = self.states[-1]
+        if last.phase == "done":  # requests lost with a worker during the drain
+            last.lost = self.backend.lost() - last.lost_at_start
         log.info("drain done after %.3fs", self.clock() - start)
         self.phase_note = ""
 
@@ -337,6 +417,9 @@ class SweepDriver:
                     else "measure",
                 }
             )
+        numbers = state.aggregate.result(duration)
+        users_held = state.users_area / state.users_time if state.users_time > 0 else None
+        flags = self.level_flags(state, numbers, users_held)
         return {
             "name": level.name,
             "concurrency": level.concurrency,
@@ -344,14 +427,107 @@ class SweepDriver:
             "max_concurrency": level.max_concurrency,
             "complete": state.phase == "done",
             "warmup_s": level.warmup_s,
+            "planned_duration_s": level.duration_s,
+            "planned_requests": level.requests,
             "started_at": state.started_at,
             "ended_at": state.ended_at,
             "window_started_at": state.window_started_at,
             "window_ended_at": state.window_ended_at,
-            **state.aggregate.result(duration),
+            **numbers,
+            "lost": state.lost,
+            "users_held": users_held,
+            "users_min": state.users_min,
+            "output_throughput_basis": "token_arrivals",
+            "flags": flags,
+            "warnings": self.level_warnings(state, numbers, users_held),
             "outages": outages,
             "server": state.server,
         }
+
+    def level_flags(
+        self, state: LevelState, numbers: dict[str, Any], users_held: float | None
+    ) -> list[str]:
+        flags = []
+        if numbers["unfinished"]:
+            flags.append("unfinished")
+        if state.lost:
+            flags.append("lost")
+        if (
+            state.level.concurrency is not None
+            and users_held is not None
+            and users_held < USERS_HELD_MIN_RATIO * state.level.concurrency
+        ):
+            flags.append("users_short")
+        ratio = numbers.get("reasoning_truncated_ratio")
+        if ratio is not None and ratio > TRUNCATION_WARN_RATIO:
+            flags.append("reasoning_truncated")
+        if self._long_requests(state, numbers) is not None:
+            flags.append("long_requests")
+        return flags
+
+    def _long_requests(self, state: LevelState, numbers: dict[str, Any]) -> float | None:
+        """The median request (s) when it is long against the planned window, else None."""
+        median_ms = numbers.get("median_e2el_ms")
+        window = state.level.duration_s
+        if median_ms is None or window is None:
+            return None
+        median = median_ms / 1000.0
+        return median if median > LONG_REQUEST_RATIO * window else None
+
+    def level_warnings(
+        self,
+        state: LevelState,
+        numbers: dict[str, Any] | None = None,
+        users_held: float | None = None,
+    ) -> list[str]:
+        """Sentences for the people reading the level (also logged when it ends)."""
+        if numbers is None:
+            window = state.window
+            duration = window.active_s(self.clock()) if window is not None else 0.0
+            numbers = state.aggregate.result(duration)
+            users_held = state.users_area / state.users_time if state.users_time > 0 else None
+        out: list[str] = []
+        stats = state.aggregate.all
+        ratio = numbers.get("reasoning_truncated_ratio")
+        if ratio is not None and ratio > TRUNCATION_WARN_RATIO:
+            cats = ", ".join(sorted(stats.truncated_categories))
+            budget = stats.max_tokens_seen
+            suggestion = stats.suggested_max_tokens()
+            out.append(
+                f"{stats.reasoning_truncated} of {stats.completed} completed requests ended "
+                f"inside reasoning at max_tokens {budget if budget is not None else '?'} "
+                f"({cats}): no answer token measured for them (TTFCT, content tok/s); "
+                f"--max-tokens {suggestion} would fit the reasoning seen"
+            )
+        if numbers["unfinished"]:
+            out.append(
+                f"{numbers['unfinished']} requests were still in flight at the drain deadline "
+                "(recorded as unfinished, with their partial tokens)"
+            )
+        if state.lost:
+            out.append(
+                f"{state.lost} requests were lost with a worker that went missing "
+                "(their share was sent again by the other workers)"
+            )
+        level = state.level
+        if (
+            level.concurrency is not None
+            and users_held is not None
+            and users_held < USERS_HELD_MIN_RATIO * level.concurrency
+        ):
+            out.append(
+                f"held {users_held:.1f} users on average (minimum {state.users_min}), "
+                f"not {level.concurrency}: the level ran below its concurrency"
+            )
+        median = self._long_requests(state, numbers)
+        if median is not None and level.duration_s is not None:
+            fit = math.ceil(10 * median)
+            out.append(
+                f"the median request ({median:.1f}s) is long against the {level.duration_s:g}s "
+                f"window: few requests per user; a window of {fit}s (10 requests per user) "
+                "or --requests would fit"
+            )
+        return out
 
     def summary(self) -> dict[str, Any]:
         planned = 0.0
@@ -364,15 +540,21 @@ class SweepDriver:
                     end = w.end_s if w.end_s is not None else self.clock()
                     planned += w.active_s(end)
                     outage_s += w.paused_s(end)
+        levels = [self.level_result(s) for s in self.states if s.phase != "pending"]
         wall_s = None
         overhead = None
         if self.sweep_start is not None:
             end = self.sweep_end if self.sweep_end is not None else self.clock()
             wall_s = end - self.sweep_start
             overhead = wall_s - planned - outage_s
+        status = self.status
+        if status == "complete" and any(
+            set(level["flags"]) & {"unfinished", "lost", "users_short"} for level in levels
+        ):
+            status = "incomplete"
         return {
             **self.metadata,
-            "status": self.status,
+            "status": status,
             "stop_reason": self.stop_reason,
             "started_at": iso(self.started_wall) if self.started_wall is not None else None,
             "ended_at": iso(self.ended_wall) if self.ended_wall is not None else None,
@@ -381,7 +563,7 @@ class SweepDriver:
             "planned_s": planned,
             "outage_s": outage_s,
             "overhead_s": overhead,
-            "levels": [self.level_result(s) for s in self.states if s.phase != "pending"],
+            "levels": levels,
         }
 
     def write_summary(self) -> dict[str, Any]:

@@ -39,13 +39,17 @@ def snapshot(driver: SweepDriver) -> dict[str, Any]:
         target_requests=window.target_requests if window is not None else None,
         completed=agg.completed,
         failed=agg.failed,
-        median_tpot_ms=agg.median_ms("tpot"),
-        output_tok_s=(agg.tokens_output / elapsed)
+        median_tpot_ms=_to_ms(agg.quantile("tpot", 0.5)),
+        output_tok_s=(state.aggregate.window_tokens / elapsed)
         if state.phase == "measure" and elapsed > 0
         else None,
         errors=dict(agg.errors),
     )
     return out
+
+
+def _to_ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1000.0
 
 
 def describe(snap: dict[str, Any]) -> str:

@@ -18,13 +18,13 @@ import argparse
 import logging
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import gevent
 
 from specload import __version__
-from specload.load.records import RequestRecord
 from specload.results.report import summary_markdown
 from specload.results.writer import SUMMARY_MD_FILE, ResultsWriter
 from specload.sweep import readiness
@@ -39,8 +39,11 @@ from specload.sweep.progress import Progress
 from specload.sweep.server import ServerProbe, http_scraper
 from specload.sweep.settings import SweepSettings
 
+# Exit status of `specload run` (docs/sweep.md): 0 measured; 2 bad options; 3 stopped by an
+# outage; 4 every measured request failed; 130/143 interrupted by SIGINT/SIGTERM.
 EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
 EXIT_OUTAGE = 3
+EXIT_ALL_FAILED = 4
 
 
 def _setup_logging(out_dir: Path) -> logging.Handler:
@@ -116,7 +119,7 @@ def run_sweep(args: argparse.Namespace, settings: SweepSettings) -> int:
             sleep=gevent.sleep,
             # fsync in a thread: blocking file I/O would stall every user's stream
             on_summary=lambda s: gevent.get_hub().threadpool.apply(writer.write_summary, (s,)),
-            on_record_written=writer.append,
+            on_record_written=lambda r: writer.append(r.to_dict(include_histograms=True)),
             server=server_probe if metrics_url else None,
             outage=OutagePolicy(
                 mode=args.on_outage,
@@ -140,10 +143,7 @@ def run_sweep(args: argparse.Namespace, settings: SweepSettings) -> int:
             on_tick=progress.tick,
         )
 
-        def on_record(record: RequestRecord) -> None:
-            driver.on_record(record.to_dict(include_histograms=True))
-
-        backend.subscribe(on_record)
+        backend.subscribe(driver.on_record)
         for signum in (signal.SIGINT, signal.SIGTERM):
             gevent.signal_handler(signum, driver.request_stop, signal.Signals(signum).name)
         summary = driver.run()
@@ -161,6 +161,14 @@ def run_sweep(args: argparse.Namespace, settings: SweepSettings) -> int:
         if summary["status"] == "failed":
             progress.message(f"specload run: stopped: {summary.get('stop_reason')}")
             return EXIT_OUTAGE
+        levels = summary["levels"]
+        if levels and all(level["completed"] == 0 for level in levels):
+            progress.message(
+                "specload run: every measured request failed ("
+                + ", ".join(f"{k} {v}" for k, v in _errors(levels).most_common(3))
+                + "): nothing was measured"
+            )
+            return EXIT_ALL_FAILED
         return 0
     finally:
         progress.close()
@@ -171,6 +179,13 @@ def run_sweep(args: argparse.Namespace, settings: SweepSettings) -> int:
         log_handler.close()
 
 
+def _errors(levels: list[dict[str, Any]]) -> Counter[str]:
+    out: Counter[str] = Counter()
+    for level in levels:
+        out.update(level.get("errors") or {})
+    return out
+
+
 def _report(
     progress: Progress, summary: dict[str, Any], writer: ResultsWriter, plots: list[Path]
 ) -> None:
@@ -178,13 +193,17 @@ def _report(
         tpot = level.get("median_tpot_ms")
         tok = level.get("output_throughput")
         acc = (level.get("server") or {}).get("spec_decode_acceptance_rate")
+        unfinished = level.get("unfinished") or 0
         progress.message(
             f"  {level['name']}: {level['completed']} ok, {level['failed']} failed, "
-            f"median TPOT {'-' if tpot is None else f'{tpot:.2f} ms'}, "
+            + (f"{unfinished} unfinished, " if unfinished else "")
+            + f"median TPOT {'-' if tpot is None else f'{tpot:.2f} ms'}, "
             f"{'-' if tok is None else f'{tok:.1f}'} output tok/s"
             + ("" if acc is None else f", acceptance {acc:.2f}")
             + ("" if level.get("complete") else " (partial)")
         )
+        for warning in level.get("warnings", []):
+            progress.message(f"    warning: {warning}")
         for outage in level.get("outages", []):
             seconds = outage.get("duration_s")
             progress.message(

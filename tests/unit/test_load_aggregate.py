@@ -42,16 +42,26 @@ def test_stats_merge_equals_single_pass() -> None:
     a, b = Stats(), Stats()
     for i, r in enumerate(recs):
         (a if i < 17 else b).add(r)
-    a.merge(Stats.from_dict(b.to_dict()))
-    for name in ("ttft", "ttfct", "tpot", "e2e", "itl", "itl_chunk"):
-        assert getattr(a, name) == getattr(whole, name)  # bucket counts: exact
-        assert getattr(a, name).sum == pytest.approx(getattr(whole, name).sum)
-    da, dw = a.to_dict(), whole.to_dict()
-    assert {k: v for k, v in da.items() if not isinstance(v, dict) or k in ("errors",)} == {
-        k: v for k, v in dw.items() if not isinstance(v, dict) or k in ("errors",)
-    }
+    a.merge(b)
+    merged, single = a.result(10.0), whole.result(10.0)
+    assert merged.pop("mean_itl_ms") == pytest.approx(single.pop("mean_itl_ms"))
+    assert merged == single
+    assert a.itl == whole.itl and a.itl_chunk == whole.itl_chunk  # bucket counts: exact
     assert whole.completed == 32 and whole.failed == 8 and whole.errors == {"http_503": 8}
-    assert whole.tokens_output == 400 and whole.tokens_per_chunk == 1.0
+    # token totals are the completed requests'; every request's are in tokens_received
+    assert whole.tokens_output == 320 and whole.tokens_received == 400
+    assert whole.tokens_per_chunk == 1.0
+
+
+def test_per_request_percentiles_are_exact_sample_values() -> None:
+    s = Stats()
+    for i in range(11):
+        s.add(record(i))
+    tpots = sorted(0.005 + i * 0.0001 for i in range(11))
+    out = s.result(1.0)
+    assert out["median_tpot_ms"] == tpots[5] * 1000  # rank floor(0.5 * 10), exactly
+    assert out["p90_tpot_ms"] == tpots[9] * 1000
+    assert out["mean_tpot_ms"] == pytest.approx(sum(tpots) / 11 * 1000)
 
 
 def test_aggregator_totals_by_step_and_category() -> None:
@@ -62,7 +72,23 @@ def test_aggregator_totals_by_step_and_category() -> None:
     assert agg.total(step="c1").completed == 3
     assert agg.total(category="coding").completed == 3
     assert agg.total().completed == 6
-    assert agg.total(step="c4", category="math").tpot.count == 1
+    assert len(agg.total(step="c4", category="math").values["tpot"]) == 1
+
+
+def test_step_result_categories_share_one_span() -> None:
+    # Categories of different spans: tok/s of each over the step's span, so they sum up.
+    agg = Aggregator()
+    for i in range(10):
+        agg.add(record(i, category="math"))  # 100..110
+    for i in range(2):
+        agg.add(record(i, category="coding"))  # 100..102
+    out = agg.step_result("c1")
+    assert out["duration"] == pytest.approx(10.0)
+    cats = out["categories"]
+    assert cats["math"]["output_throughput"] + cats["coding"]["output_throughput"] == (
+        pytest.approx(out["output_throughput"])
+    )
+    assert out["output_throughput"] == pytest.approx(120 / 10.0)
 
 
 def test_client_metrics_families_and_labels() -> None:

@@ -8,6 +8,7 @@ import jsonschema
 import orjson
 import pytest
 
+from specload.load.records import RequestRecord
 from specload.results import summary_schema
 from specload.sweep.driver import OutagePolicy, SweepDriver
 from specload.sweep.plan import build_plan
@@ -18,26 +19,38 @@ pytestmark = pytest.mark.unit
 class FakeLoad:
     """Closed-loop users with a fixed request time, on a simulated clock.
 
-    While ``down`` (an outage), requests fail at once with ``refused``.
+    While ``down`` (an outage), requests fail at once with ``refused``. A step's
+    budget is honoured like the real load session: a user finding it spent waits for
+    the next step. ``stop`` ends in-flight requests as ``unfinished`` records.
     """
 
-    def __init__(self, e2e_s=0.5, tokens=50):
+    def __init__(self, e2e_s=0.5, tokens=50, ttft_s=0.05, truncated=False):
         self.now = 1000.0
+        self.truncated = truncated
         self.e2e_s = e2e_s
+        self.ttft_s = ttft_s
         self.tokens = tokens
         self.step = "run"
+        self.budget = None
         self.users = 0
+        self.waiting = []  # users blocked on a spent budget
         self.events = []  # (end_time, seq, user, record)
         self.seq = 0
         self.driver = None
         self.down_between = None  # (start, end)
         self.calls = []
-        self.epoch = 0  # bumped on pause: in-flight requests of paused users are dropped
+        self.running_users = None  # override user_count() (a worker died)
+        self.lost_count = 0
 
     # backend protocol
-    def set_step(self, step):
-        self.calls.append(("step", step, self.now))
+    def set_step(self, step, budget=None):
+        self.calls.append(("step", step, self.now, budget))
         self.step = step
+        self.budget = budget
+        waiting, self.waiting = self.waiting, []
+        for u in waiting:
+            if u < self.users:
+                self._send(u)
 
     def start(self, level):
         self.calls.append(("start", level.users, self.now))
@@ -48,6 +61,7 @@ class FakeLoad:
     def pause(self):
         self.calls.append(("pause", self.now))
         self.events.clear()
+        self.waiting.clear()
         self.users = 0
 
     def hold(self):
@@ -57,26 +71,52 @@ class FakeLoad:
     def in_flight(self):
         return len(self.events)
 
+    def user_count(self):
+        return self.users if self.running_users is None else self.running_users
+
+    def lost(self):
+        return self.lost_count
+
     def stop(self):
         self.calls.append(("stop", self.now))
-        self.events.clear()
+        events, self.events = self.events, []
+        for _end, _seq, _user, rec in events:  # killed mid-way: partial, unfinished
+            elapsed = self.now - rec.start_s
+            got = max(0, min(rec.tokens_output, int((elapsed - self.ttft_s) / rec.tpot_s) + 1))
+            part = RequestRecord(
+                category=rec.category, step=rec.step, variant="v", model="m",
+                start_s=rec.start_s, end_s=self.now, error_kind="unfinished",
+                tokens_output=got, tokens_reasoning=got, e2e_s=elapsed,
+            )
+            self.driver.on_record(part)
         self.users = 0
 
     def _down(self, t):
         return self.down_between is not None and self.down_between[0] <= t < self.down_between[1]
 
     def _send(self, user):
+        if self.budget is not None:
+            if self.budget <= 0:
+                self.waiting.append(user)
+                return
+            self.budget -= 1
         start = self.now
         if self._down(start):
             end, ok = start + 0.01, False
         else:
             end, ok = start + self.e2e_s, True
-        rec = {"step": self.step, "category": ("math", "coding")[user % 2], "ok": ok,
-               "error_kind": None if ok else "refused", "start_s": start, "end_s": end,
-               "ttft_s": 0.05 if ok else None, "tpot_s": (self.e2e_s - 0.05) / (self.tokens - 1)
-               if ok else None, "e2e_s": self.e2e_s if ok else None,
-               "tokens_output": self.tokens if ok else 0, "tokens_reasoning": 40 if ok else 0,
-               "tokens_content": 10 if ok else 0, "user": user}
+        tpot = (self.e2e_s - self.ttft_s) / (self.tokens - 1)
+        rec = RequestRecord(
+            step=self.step, category=("math", "coding")[user % 2], variant="v", model="m",
+            ok=ok, error_kind=None if ok else "refused", start_s=start, end_s=end,
+            ttft_s=self.ttft_s if ok else None, tpot_s=tpot if ok else None,
+            e2e_s=self.e2e_s if ok else None, tokens_output=self.tokens if ok else 0,
+            tokens_reasoning=self.tokens - 10 if ok else 0, tokens_content=10 if ok else 0,
+            max_tokens=self.tokens,
+        )
+        if ok and self.truncated:
+            rec.tokens_reasoning, rec.tokens_content = self.tokens, 0
+            rec.reasoning_truncated, rec.finish_reason = True, "length"
         self.seq += 1
         heapq.heappush(self.events, (end, self.seq, user, rec))
 
@@ -98,7 +138,7 @@ class FakeLoad:
 def make_driver(load, plan, records, summaries, **kw):
     driver = SweepDriver(
         plan, load, clock=load.clock, wall=load.clock, sleep=load.sleep,
-        on_summary=summaries.append, on_record_written=records.append,
+        on_summary=summaries.append, on_record_written=lambda r: records.append(r.to_dict()),
         metadata={"schema_version": 1, "specload_version": "t", "variant": "v", "host": "h",
                   "model": "m", "options": {}},
         **kw,
@@ -126,6 +166,7 @@ def test_levels_have_disjoint_samples_and_exact_counts():
             level["name"], level["name"] + "-warmup"}
         # no record of this level started outside its window
         window_starts = [c[2] for c in load.calls if c[:2] == ("step", level["name"])]
+        assert level["planned_duration_s"] == 10.0 and level["flags"] == []
         assert all(r["start_s"] >= window_starts[0] for r in mine)
     # in-flight requests of the last level were drained, not lost
     last = summary["levels"][-1]
@@ -144,7 +185,8 @@ def test_requests_window():
     load, records, summaries = FakeLoad(e2e_s=0.25), [], []
     summary = make_driver(load, plan, records, summaries).run()
     level = summary["levels"][0]
-    assert level["completed"] >= 30
+    assert level["completed"] == 30  # exactly the budget, not one more per user
+    assert len([r for r in records if r["step"] == "c2"]) == 30
     assert level["duration"] == pytest.approx(30 * 0.25 / 2, abs=0.3)
 
 
@@ -217,7 +259,10 @@ def test_stop_request_keeps_partial_level():
     first, second = summary["levels"]
     assert first["complete"] is True and second["complete"] is False
     assert second["duration"] == pytest.approx(4.0, abs=0.1)
-    assert second["completed"] == len([r for r in records if r["step"] == "c2"])
+    mine = [r for r in records if r["step"] == "c2"]
+    # the two requests in flight at the stop are recorded, as unfinished
+    assert second["unfinished"] == 2 and summary["levels"][0]["unfinished"] == 0
+    assert second["completed"] + second["unfinished"] == len(mine)
     assert load.calls[-1][0] == "stop"
     jsonschema.validate(orjson.loads(orjson.dumps(summary)), summary_schema())
 
@@ -228,6 +273,100 @@ def test_transient_errors_without_refusal_are_not_outages():
     load, records, summaries = FakeLoad(), [], []
     driver = make_driver(load, plan, records, summaries,
                          outage=OutagePolicy(is_refusing=lambda: False))
-    driver.on_record({"step": "c2", "ok": False, "error_kind": "reset"})
+    driver.on_record(RequestRecord(category="math", step="c2", variant="v", model="m",
+                                   start_s=load.now, end_s=load.now, error_kind="reset"))
     summary = driver.run()
     assert summary["levels"][0]["outages"] == []
+
+
+@pytest.mark.parametrize("concurrency", [1, 4, 16])
+@pytest.mark.parametrize("warmup", ["0", "2s"])
+def test_requests_window_sends_exactly_n(concurrency, warmup):
+    plan = build_plan(concurrency=f"{concurrency}", request_rate=None, max_concurrency=None,
+                      warmup=warmup, duration=None, requests=24)
+    load, records, summaries = FakeLoad(e2e_s=0.3), [], []
+    summary = make_driver(load, plan, records, summaries).run()
+    level = summary["levels"][0]
+    assert level["completed"] == 24 and level["planned_requests"] == 24
+    assert len([r for r in records if r["step"] == level["name"]]) == 24
+    assert summary["status"] == "complete"
+    budgets = [c[3] for c in load.calls if c[:2] == ("step", level["name"])]
+    assert budgets == [24]
+
+
+def test_throughput_counts_tokens_that_arrived_in_the_window():
+    # 8 streams of 7 s requests (250 tokens) against a 10 s window
+    load = FakeLoad(e2e_s=7.0, tokens=250, ttft_s=0.04)
+    plan = build_plan(concurrency="8", request_rate=None, max_concurrency=None,
+                      warmup="5s", duration="10s", requests=None)
+    records, summaries = [], []
+    summary = make_driver(load, plan, records, summaries).run()
+    level = summary["levels"][0]
+    truth = 8 * 250 / 7.0  # each stream delivers 250 tokens every 7 s
+    assert level["output_throughput"] == pytest.approx(truth, rel=0.03)
+    # the old definition (tokens of requests started in the window) read 40% high
+    started = sum(r["tokens_output"] for r in records if r["step"] == "c8" and r["ok"])
+    assert started / 10.0 > 1.3 * truth
+    assert "long_requests" in level["flags"]
+    assert any("window of 70s" in w for w in level["warnings"])
+    cats = level["categories"]
+    assert cats["math"]["output_throughput"] + cats["coding"]["output_throughput"] == (
+        pytest.approx(level["output_throughput"]))
+
+
+def test_drain_deadline_records_unfinished_requests():
+    load = FakeLoad(e2e_s=100.0, tokens=1000)
+    plan = build_plan(concurrency="2", request_rate=None, max_concurrency=None,
+                      warmup="0", duration="5s", requests=None)
+    records, summaries = [], []
+    summary = make_driver(load, plan, records, summaries, drain_timeout_s=10.0).run()
+    level = summary["levels"][0]
+    assert level["completed"] == 0 and level["unfinished"] == 2
+    unfinished = [r for r in records if r["error_kind"] == "unfinished"]
+    assert len(unfinished) == 2 and all(r["tokens_output"] > 100 for r in unfinished)
+    assert "unfinished" in level["flags"]
+    assert summary["status"] == "incomplete"
+    jsonschema.validate(orjson.loads(orjson.dumps(summary)), summary_schema())
+
+
+def test_users_short_and_lost_are_flagged():
+    load = FakeLoad(e2e_s=0.5)
+    plan = build_plan(concurrency="8", request_rate=None, max_concurrency=None,
+                      warmup="0", duration="10s", requests=None)
+    records, summaries = [], []
+
+    def worker_dies(driver):
+        if load.now >= 1003.0 and load.running_users is None:
+            load.running_users = 4
+            load.lost_count = 3
+
+    summary = make_driver(load, plan, records, summaries, on_tick=worker_dies).run()
+    level = summary["levels"][0]
+    assert level["users_held"] == pytest.approx(8 * 1.5 / 8.5 + 4 * 7 / 8.5, abs=0.1)
+    assert level["users_min"] == 4
+    assert {"users_short", "lost"} <= set(level["flags"]) and level["lost"] == 3
+    assert summary["status"] == "incomplete"
+
+
+def test_truncation_guard_names_count_categories_and_a_budget():
+    load = FakeLoad(e2e_s=0.5, tokens=128, truncated=True)
+    plan = build_plan(concurrency="2", request_rate=None, max_concurrency=None,
+                      warmup="0", duration="5s", requests=None)
+    records, summaries = [], []
+    summary = make_driver(load, plan, records, summaries).run()
+    level = summary["levels"][0]
+    n = level["completed"]
+    assert level["reasoning_truncated_ratio"] == 1.0 and "reasoning_truncated" in level["flags"]
+    (warning,) = [w for w in level["warnings"] if "inside reasoning" in w]
+    assert f"{n} of {n} completed requests" in warning
+    assert "max_tokens 128" in warning and "(coding, math)" in warning
+    assert "--max-tokens 256" in warning  # nothing answered: twice the budget, to 256
+
+
+def test_a_run_that_reaches_its_answers_has_no_truncation_warning():
+    load = FakeLoad(e2e_s=0.5, tokens=128)
+    plan = build_plan(concurrency="2", request_rate=None, max_concurrency=None,
+                      warmup="0", duration="5s", requests=None)
+    summary = make_driver(load, plan, [], []).run()
+    level = summary["levels"][0]
+    assert level["reasoning_truncated_ratio"] == 0.0 and level["warnings"] == []

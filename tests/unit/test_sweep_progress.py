@@ -6,6 +6,7 @@ import io
 
 import pytest
 
+from specload.load.records import RequestRecord
 from specload.sweep.driver import SweepDriver
 from specload.sweep.plan import build_plan
 from specload.sweep.progress import Progress, describe, snapshot
@@ -14,12 +15,19 @@ pytestmark = pytest.mark.unit
 
 
 class Idle:
-    def set_step(self, step): pass
+    def set_step(self, step, budget=None): pass
     def start(self, level): pass
     def pause(self): pass
     def stop(self): pass
     def hold(self): pass
     def in_flight(self): return 0
+    def user_count(self): return 0
+    def lost(self): return 0
+
+
+def rec(**kw):
+    base = {"category": "math", "variant": "v", "model": "m", "start_s": 100.5, "end_s": 101.5}
+    return RequestRecord(**{**base, **kw})
 
 
 def test_snapshot_and_plain_line():
@@ -31,14 +39,15 @@ def test_snapshot_and_plain_line():
     assert describe(snapshot(driver)) == "starting"
     driver._begin_level(driver.states[0])
     for tpot in (0.010, 0.012, 0.014):
-        driver.on_record({"step": "c2", "ok": True, "tpot_s": tpot, "tokens_output": 100})
-    driver.on_record({"step": "c2", "ok": False, "error_kind": "http_500"})
+        driver.on_record(rec(step="c2", ok=True, tpot_s=tpot, tokens_output=100, ttft_s=0.0,
+                             e2e_s=1.0))
+    driver.on_record(rec(step="c2", ok=False, error_kind="http_500"))
     now[0] = 104.0
     snap = snapshot(driver)
     assert snap["level"] == "c2" and snap["index"] == 1 and snap["levels"] == 2
     assert snap["phase"] == "measure" and snap["elapsed_s"] == pytest.approx(4.0)
     assert snap["completed"] == 3 and snap["failed"] == 1
-    assert snap["median_tpot_ms"] == pytest.approx(12.0, rel=0.005)
+    assert snap["median_tpot_ms"] == pytest.approx(12.0, rel=1e-12)
     assert snap["output_tok_s"] == pytest.approx(75.0)
     line = describe(snap)
     assert line.startswith("level 1/2 c2 measure 4.0s/10s | requests 3 ok 1 failed")

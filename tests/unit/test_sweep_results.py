@@ -13,7 +13,7 @@ from specload.errors import UsageError
 from specload.histogram import Histogram
 from specload.load.records import RequestRecord
 from specload.results import ResultsWriter, read_requests, read_summary, summary_schema
-from specload.results.aggregate import LevelAggregate, RecordView, aggregate_records
+from specload.results.aggregate import LevelAggregate, aggregate_records, as_record
 
 pytestmark = pytest.mark.unit
 
@@ -38,13 +38,13 @@ def record(step="c1", category="math", ok=True, tpot=0.01, ttft=0.1, reasoning=8
 def test_level_numbers_and_categories():
     agg = LevelAggregate()
     for i in range(10):
-        agg.add(RecordView(record(category="math", tpot=0.010 + i * 0.001)))
+        agg.add(as_record(record(category="math", tpot=0.010 + i * 0.001)))
     for _ in range(5):
-        agg.add(RecordView(record(category="coding", tpot=0.020, reasoning=100, content=0,
+        agg.add(as_record(record(category="coding", tpot=0.020, reasoning=100, content=0,
                                   truncated=True, chunks=34)))
-    agg.add(RecordView(record(ok=False, error="http_503", category="coding")))
-    agg.add(RecordView(record(ok=False, error="refused", category="math")))
-    out = agg.result(duration_s=10.0)
+    agg.add(as_record(record(ok=False, error="http_503", category="coding")))
+    agg.add(as_record(record(ok=False, error="refused", category="math")))
+    out = agg.result(duration_s=10.0, windowed=False)
     assert out["completed"] == 15 and out["failed"] == 2
     assert out["errors"] == {"http_503": 1, "refused": 1}
     assert out["duration"] == 10.0
@@ -55,13 +55,15 @@ def test_level_numbers_and_categories():
     assert out["reasoning_truncated"] == 5
     math = out["categories"]["math"]
     assert math["completed"] == 10 and math["failed"] == 1
-    # lower median of 10..19 ms is 14 ms; histogram within 0.5%
-    assert math["median_tpot_ms"] == pytest.approx(14.0, rel=0.005)
-    assert math["p90_tpot_ms"] == pytest.approx(18.0, rel=0.005)
+    # exact: lower median of 10..19 ms is 14 ms, p90 is rank floor(0.9 * 9) = 8
+    assert math["median_tpot_ms"] == pytest.approx(14.0, rel=1e-12)
+    assert math["p90_tpot_ms"] == pytest.approx(18.0, rel=1e-12)
     assert math["mean_tpot_ms"] == pytest.approx(14.5, rel=1e-9)
-    assert math["median_ttfct_ms"] == pytest.approx(100 + 80 * 14.0, rel=0.005)
+    assert math["median_ttfct_ms"] == pytest.approx(100 + 80 * 14.0, rel=1e-12)
     coding = out["categories"]["coding"]
-    assert coding["median_tpot_ms"] == pytest.approx(20.0, rel=0.005)
+    assert coding["median_tpot_ms"] == pytest.approx(20.0, rel=1e-12)
+    assert coding["reasoning_truncated_ratio"] == 1.0
+    assert out["reasoning_truncated_ratio"] == pytest.approx(5 / 15)
     assert coding["mean_tokens_per_chunk"] == pytest.approx(100 / 34)
     assert coding["mean_content_tokens"] == 0
     assert coding["errors"] == {"http_503": 1}
@@ -135,11 +137,11 @@ def test_schema_accepts_a_level_and_rejects_missing_keys():
     schema = summary_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
     agg = LevelAggregate()
-    agg.add(RecordView(record()))
+    agg.add(as_record(record()))
     level = {"name": "c1", "concurrency": 1, "request_rate": None, "complete": True,
              "warmup_s": 0.0, "started_at": "2026-11-29T10:00:00+00:00",
              "ended_at": "2026-11-29T10:00:10+00:00", "outages": [], "server": {},
-             **agg.result(10.0)}
+             "lost": 0, "flags": [], "warnings": [], **agg.result(10.0)}
     summary = {"schema_version": 1, "specload_version": "0", "status": "complete",
                "variant": "v", "host": "http://h", "model": "m",
                "started_at": "2026-11-29T10:00:00+00:00", "mode": "closed",
