@@ -11,7 +11,10 @@
  * chunk made of whole single-line events); only then is the meter updated,
  * with the same arithmetic as StreamMeter.feed. Anything it cannot read with
  * certainty returns 0 with nothing changed, and the caller hands the read to
- * the full parsers (ChunkedDecoder, SSEDecoder, orjson).
+ * the full parsers (ChunkedDecoder, SSEDecoder, orjson). That includes usage the
+ * meter would refuse (MalformedUsage: a count that is not a non-negative integer,
+ * details that are not an object, a cumulative count going down or beyond
+ * token_limit): the full path then raises, with the same detail, at that chunk.
  *
  * Return: 0 declined (nothing consumed), 1 consumed, 2 consumed and the
  * chunked body ended (the zero-size chunk was read; what follows is ignored,
@@ -29,10 +32,14 @@
 #include <emmintrin.h>
 #endif
 
+/* prompt_tokens beyond this are not a count: specload.load.meter.MAX_PROMPT_TOKENS. */
+#define MAX_PROMPT_TOKENS 1000000000LL
+
 typedef struct {
     PyObject_HEAD
     double t0;
     double _last_t;
+    long long token_limit; /* completion tokens beyond: declined (malformed usage) */
     long long _prev_cum;
     long long tokens_reasoning_exact;
     long long tokens_content_exact;
@@ -71,6 +78,10 @@ typedef struct {
     Py_ssize_t usage_n;
     int cum_present;      /* usage.completion_tokens is an integer */
     long long cum;
+    int prompt_present;   /* usage.prompt_tokens is an integer */
+    long long prompt;
+    int rt_present;       /* usage.completion_tokens_details.reasoning_tokens is an integer */
+    long long rt;
     int reasoning_text;   /* bool(delta.reasoning if not None else delta.reasoning_content) */
     int content_text;     /* bool(delta.content) */
     int reasoning_content_text;
@@ -348,18 +359,43 @@ static inline int mark(unsigned *seen, unsigned bit) {
     return 1;
 }
 
+/* A count member: null (1, *present unchanged) or a non-negative integer (1, *present
+ * set); anything else is not certain (0: the full path raises MalformedUsage). */
+static int scan_count(Cursor *c, int *present, long long *value) {
+    if (*c->p == 'n') return scan_literal(c, "null", 4);
+    int is_int = 0;
+    long long v = 0;
+    if (!(*c->p == '-' || (*c->p >= '0' && *c->p <= '9'))) return 0;
+    if (!scan_number(c, &is_int, &v) || v < 0) return 0;
+    *present = 1;
+    *value = v;
+    return 1;
+}
+
+static int details_member(Cursor *c, const char *key, Py_ssize_t n, Event *ev, int depth,
+                          unsigned *seen) {
+    if (key_is(key, n, "reasoning_tokens", 16)) {
+        if (!mark(seen, 1)) return 0;
+        return scan_count(c, &ev->rt_present, &ev->rt);
+    }
+    return skip_value(c, depth + 1) >= 0;
+}
+
 static int usage_member(Cursor *c, const char *key, Py_ssize_t n, Event *ev, int depth,
                         unsigned *seen) {
     if (key_is(key, n, "completion_tokens", 17)) {
         if (!mark(seen, 1)) return 0;
+        return scan_count(c, &ev->cum_present, &ev->cum);
+    }
+    if (key_is(key, n, "prompt_tokens", 13)) {
+        if (!mark(seen, 2)) return 0;
+        return scan_count(c, &ev->prompt_present, &ev->prompt);
+    }
+    if (key_is(key, n, "completion_tokens_details", 25)) {
+        if (!mark(seen, 4)) return 0;
         if (*c->p == 'n') return scan_literal(c, "null", 4);
-        int is_int = 0;
-        long long v = 0;
-        if (!(*c->p == '-' || (*c->p >= '0' && *c->p <= '9'))) return 0;
-        if (!scan_number(c, &is_int, &v) || v < 0) return 0;
-        ev->cum_present = 1;
-        ev->cum = v;
-        return 1;
+        if (*c->p != '{') return 0; /* not an object: MalformedUsage on the full path */
+        return scan_object(c, ev, depth + 1, details_member);
     }
     return skip_value(c, depth + 1) >= 0;
 }
@@ -552,6 +588,19 @@ static int meter_feed(MeterCore *self, const char *data, Py_ssize_t n, PyObject 
     int ended = 0;
     int nev = scan_read(data, n, evs, &ended);
     if (nev < 0 || (nev == 0 && !ended)) return 0;
+    /* Usage the meter would refuse: decline the whole read (nothing changed yet), and
+     * the full path raises at that chunk, after accounting the ones before it. */
+    long long prev_cum = self->_prev_cum;
+    for (int i = 0; i < nev; i++) {
+        Event *ev = &evs[i];
+        if (!ev->usage_truthy) continue;
+        if (ev->cum_present) {
+            if (ev->cum < prev_cum || ev->cum > self->token_limit) return 0;
+            prev_cum = ev->cum;
+        }
+        if (ev->prompt_present && ev->prompt > MAX_PROMPT_TOKENS) return 0;
+        if (ev->rt_present && ev->rt > (ev->cum_present ? ev->cum : self->token_limit)) return 0;
+    }
     double now = PyFloat_AS_DOUBLE(now_obj);
     int rc = ended ? 2 : 1;
     for (int i = 0; i < nev; i++) {
@@ -658,6 +707,7 @@ static PyMethodDef MeterCore_methods[] = {
 static PyMemberDef MeterCore_members[] = {
     M(t0, T_DOUBLE),
     M(_last_t, T_DOUBLE),
+    M(token_limit, T_LONGLONG),
     M(_prev_cum, T_LONGLONG),
     M(tokens_reasoning_exact, T_LONGLONG),
     M(tokens_content_exact, T_LONGLONG),
@@ -999,6 +1049,10 @@ PyMODINIT_FUNC PyInit__fastpath(void) {
     Py_INCREF(&MeterCoreType);
     if (PyModule_AddObject(m, "MeterCore", (PyObject *)&MeterCoreType) < 0) {
         Py_DECREF(&MeterCoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "MAX_PROMPT_TOKENS", (long)MAX_PROMPT_TOKENS) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -4,6 +4,8 @@ from typing import Any
 
 from specload.load.meter import CoreState
 
+MAX_PROMPT_TOKENS: int  # specload.load.meter.MAX_PROMPT_TOKENS
+
 class MeterCore(CoreState):
     def feed_read(self, buf: bytes | bytearray | memoryview, n: int, now: float) -> int: ...
 

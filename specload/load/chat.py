@@ -2,7 +2,10 @@
 
 Faults in the target never escape: every failure becomes a record with
 ``ok=False`` and an ``error_kind`` (``refused``, ``reset``, ``timeout``,
-``http_<code>``, ``malformed``, ``no_done``, ``protocol``).
+``http_<code>``, ``malformed``, ``malformed_usage``, ``no_done``, ``protocol``).
+Nor do faults of specload's own meter and parsers (a bug): such a request ends
+as ``client_error`` (the exception's type and message), its connection closed,
+and the user goes on.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from specload.load.http import Connection, FastReader, RequestFailed
 from specload.load.meter import (
     FAST_PATH,
     MalformedChunk,
+    MalformedUsage,
     StreamMeter,
     TokenCounter,
     meter_message,
@@ -27,6 +31,7 @@ from specload.sse import SSEDecoder
 from specload.urls import ServerURL
 
 DEFAULT_TIMEOUT_S = 600.0
+_DETAIL_CHARS = 200
 
 
 @dataclass(frozen=True)
@@ -64,15 +69,14 @@ class ChatRequester:
         self.settings = settings
         self.tokenizer = tokenizer
         self.worker = worker
+        self._current: tuple[RequestRecord, StreamMeter] | None = None
         host, port = url.host_port
         self.connection = Connection(host, port, tls=url.root.startswith("https:"))
         self._path = url.chat_completions.split("://", 1)[1]
         self._path = self._path[self._path.index("/") :]
         auth = f"Authorization: Bearer {settings.api_key}\r\n" if settings.api_key else ""
         accept = "text/event-stream" if settings.stream else "application/json"
-        self._headers = (
-            f"Content-Type: application/json\r\nAccept: {accept}\r\n{auth}"
-        ).encode()
+        self._headers = (f"Content-Type: application/json\r\nAccept: {accept}\r\n{auth}").encode()
 
     def close(self) -> None:
         self.connection.close()
@@ -108,7 +112,8 @@ class ChatRequester:
         )
         want_text = self.tokenizer is not None or not s.stream
         t0 = time.perf_counter()
-        meter = StreamMeter(t0, want_text=want_text)
+        meter = StreamMeter(t0, want_text=want_text, max_tokens=record.max_tokens)
+        self._current = (record, meter)
         body_parts: list[bytes] = []
         # The fused reader (C) takes whole reads of the chunked body; what it declines
         # comes to on_body below (and sets sse_pending while an event is incomplete).
@@ -160,13 +165,58 @@ class ChatRequester:
                 record.ok = True
         except RequestFailed as exc:
             record.error_kind = exc.kind
-            record.error_detail = exc.detail[:200]
+            record.error_detail = exc.detail[:_DETAIL_CHARS]
             record.http_status = exc.status
-            meter.finish(record, time.perf_counter(), self.tokenizer)
+            self._finish_failed(meter, record)
         except MalformedChunk as exc:
+            # The rest of the stream is unread: the connection cannot be reused.
             self.connection.close()
-            record.error_kind = "malformed"
-            record.error_detail = str(exc)[:200]
-            meter.finish(record, time.perf_counter(), self.tokenizer)
+            malformed_usage = isinstance(exc, MalformedUsage)
+            record.error_kind = "malformed_usage" if malformed_usage else "malformed"
+            record.error_detail = str(exc)[:_DETAIL_CHARS]
+            self._finish_failed(meter, record)
+        except Exception as exc:  # a fault of specload's own code: never the user's end
+            self._client_error(record, exc)
+            self._finish_failed(meter, record)
+        self._current = None
         record.end_s = record.start_s + (record.e2e_s or 0.0)
         return record
+
+    def interrupted(self) -> RequestRecord | None:
+        """The request in flight, ended now as ``unfinished`` with what it received
+        (its user is being stopped); None when no request is in flight."""
+        current, self._current = self._current, None
+        if current is None:
+            return None
+        record, meter = current
+        self.connection.close()  # mid-response: the connection cannot be reused
+        self._finish_failed(meter, record)
+        if record.error_kind != "client_error":
+            record.error_kind = "unfinished"
+            record.error_detail = "still in flight when the run stopped its user"
+        record.end_s = record.start_s + (record.e2e_s or 0.0)
+        return record
+
+    def _finish_failed(self, meter: StreamMeter, record: RequestRecord) -> None:
+        """Fill a failed record with what was measured; a fault in that too ends as
+        ``client_error`` with the time until now."""
+        record.ok = False
+        try:
+            meter.finish(record, time.perf_counter(), self.tokenizer)
+        except Exception as exc:
+            self._client_error(record, exc)
+            if record.e2e_s is None:
+                record.e2e_s = time.perf_counter() - meter.t0
+
+    def _client_error(self, record: RequestRecord, exc: BaseException) -> None:
+        self.connection.close()  # in an unknown state
+        record.ok = False
+        record.error_kind = "client_error"
+        try:
+            text = f"{type(exc).__name__}: {exc}"
+        except Exception:  # an exception that cannot even be printed
+            text = type(exc).__name__
+        key = self.settings.api_key
+        if key:
+            text = text.replace(key, "<api key>")
+        record.error_detail = text[:_DETAIL_CHARS]

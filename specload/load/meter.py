@@ -12,6 +12,13 @@ Token counts, best source first:
 3. ``tokenizer``: the text of each channel tokenized locally (``--tokenizer``);
 4. ``chunks-estimate``: chunks counted, one token each — an estimate, marked.
 
+Usage the meter cannot believe fails the request (:class:`MalformedUsage`,
+``error_kind="malformed_usage"``) at the chunk that carries it, keeping what was
+counted before: ``prompt_tokens``, ``completion_tokens`` or
+``completion_tokens_details.reasoning_tokens`` that is not a non-negative integer,
+details that are not an object, a cumulative ``completion_tokens`` that goes down,
+or any count beyond what the request allowed (:func:`token_limit`).
+
 Reasoning text is read from ``delta.reasoning`` (vLLM >= 0.16) or
 ``delta.reasoning_content`` (older), never both for one chunk.
 """
@@ -19,16 +26,34 @@ Reasoning text is read from ``delta.reasoning`` (vLLM >= 0.16) or
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
+from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from specload.histogram import Histogram
-from specload.load.records import RequestRecord
+from specload.load.records import ARRIVAL_SAMPLE_S, RequestRecord
 
 _loads = orjson.loads
 ReadBuffer = bytes | bytearray | memoryview
-_MAX_TOKENS = 1 << 62  # completion_tokens beyond this are not a count: malformed
+
+# Completion tokens believed when the request set no max_tokens (the server's own
+# limit is unknown): more than any context window of today.
+HARD_CAP_TOKENS = 10**7
+# prompt_tokens beyond this are not a count (the C fast path has the same constant).
+MAX_PROMPT_TOKENS = 10**9
+_MAX_LIMIT = 10**18 - 1  # a limit fits the C core's long long and its 18-digit numbers
+
+
+def token_limit(max_tokens: int | None) -> int:
+    """The most completion tokens a request may report: ``max_tokens`` plus a slack of
+    max(8, 1%) (servers count a stop token or two beyond the budget), or
+    :data:`HARD_CAP_TOKENS` without ``max_tokens``."""
+    if max_tokens is None:
+        return HARD_CAP_TOKENS
+    max_tokens = max(int(max_tokens), 0)
+    return min(max_tokens + max(8, -(-max_tokens // 100)), _MAX_LIMIT)
 
 
 class TokenCounter(Protocol):
@@ -39,6 +64,22 @@ class TokenCounter(Protocol):
 
 class MalformedChunk(Exception):
     """A chunk that is not the JSON of a chat completion chunk."""
+
+
+class MalformedUsage(MalformedChunk):
+    """A usage object or token count the meter cannot believe (the detail names the field)."""
+
+
+def _show(value: Any) -> str:
+    """A short, safe rendering of a bad value for an error detail."""
+    if type(value) is int and value.bit_length() > 64:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _not_count(field: str, value: Any) -> MalformedUsage:
+    return MalformedUsage(f"{field} is not a non-negative integer: {_show(value)}")
 
 
 class PyMeterCore:
@@ -72,6 +113,7 @@ class PyMeterCore:
         "last_event_t",
         "sse_pending",
         "t0",
+        "token_limit",
         "tokens_content_exact",
         "tokens_reasoning_exact",
         "unattributed",
@@ -88,6 +130,7 @@ class CoreState:
     members (its stub derives from this class). For type checking only."""
 
     t0: float
+    token_limit: int
     want_text: bool
     done: bool
     first_t: float | None
@@ -137,8 +180,11 @@ class _MeterLogic(_StateBase):
 
         def feed_read(self, buf: ReadBuffer, n: int, now: float) -> int: ...
 
-    def __init__(self, t0: float, *, want_text: bool = False) -> None:
+    def __init__(
+        self, t0: float, *, want_text: bool = False, max_tokens: int | None = None
+    ) -> None:
         self.t0 = t0
+        self.token_limit = token_limit(max_tokens)  # completion tokens beyond: malformed
         self.want_text = want_text
         self.done = False
         self.first_t = None
@@ -186,7 +232,7 @@ class _MeterLogic(_StateBase):
             raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
         usage = obj.get("usage")
         choices = obj.get("choices")
-        reasoning = content = None
+        reasoning = content = fr = None
         if choices:
             if type(choices) is not list or type(choices[0]) is not dict:
                 raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
@@ -204,24 +250,41 @@ class _MeterLogic(_StateBase):
                 ):
                     raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
             fr = choice.get("finish_reason")
-            if fr is not None:
-                if type(fr) is not str:
-                    raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
-                self.finish_reason = fr
+            if fr is not None and type(fr) is not str:
+                raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
         elif choices is None and usage is None:
             raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
         ntok = -1
         if usage:
+            # Checked before anything of this chunk is kept: a chunk with usage the meter
+            # cannot believe changes nothing (what came before stays counted).
             if type(usage) is not dict:
-                raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
-            self._usage = usage
+                raise MalformedUsage(f"usage is not an object: {_show(usage)}")
             cum = usage.get("completion_tokens")
+            # Counts: non-negative integers (not a bool, a float or a string), cumulative
+            # ones never going down, none beyond what the request allowed.
+            if cum is not None and (
+                type(cum) is not int or not self._prev_cum <= cum <= self.token_limit
+            ):
+                raise self._bad_completion_tokens(cum)
+            prompt = usage.get("prompt_tokens")
+            if prompt is not None and (
+                type(prompt) is not int or not 0 <= prompt <= MAX_PROMPT_TOKENS
+            ):
+                if type(prompt) is int and prompt > 0:
+                    raise MalformedUsage(
+                        f"usage.prompt_tokens {_show(prompt)} is beyond {MAX_PROMPT_TOKENS}"
+                    )
+                raise _not_count("usage.prompt_tokens", prompt)
+            details = usage.get("completion_tokens_details")
+            if details is not None:
+                self._check_details(details, cum)
+            self._usage = usage
             if cum is not None:
-                # A count: a non-negative integer (not a bool, a float or a string).
-                if type(cum) is not int or not 0 <= cum < _MAX_TOKENS:
-                    raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
                 ntok = cum - self._prev_cum
                 self._prev_cum = cum
+        if fr is not None:
+            self.finish_reason = fr
         has_text = bool(reasoning) or bool(content)
         if not has_text:
             if ntok > 0 and self.continuous:
@@ -273,6 +336,33 @@ class _MeterLogic(_StateBase):
             self._chunk_tokens.append(ntok)
         self._last_t = now
 
+    def _bad_completion_tokens(self, cum: Any) -> MalformedUsage:
+        if type(cum) is not int or cum < 0:
+            return _not_count("usage.completion_tokens", cum)
+        if cum < self._prev_cum:
+            return MalformedUsage(
+                f"usage.completion_tokens went down, from {self._prev_cum} to {cum}"
+            )
+        return MalformedUsage(
+            f"usage.completion_tokens {_show(cum)} is beyond the request's limit {self.token_limit}"
+        )
+
+    def _check_details(self, details: Any, cum: int | None) -> None:
+        if type(details) is not dict:
+            raise MalformedUsage(
+                f"usage.completion_tokens_details is not an object: {_show(details)}"
+            )
+        r = details.get("reasoning_tokens")
+        if r is None:
+            return
+        field = "usage.completion_tokens_details.reasoning_tokens"
+        if type(r) is not int or r < 0:
+            raise _not_count(field, r)
+        most = cum if cum is not None else self.token_limit
+        if r > most:
+            what = "completion_tokens" if cum is not None else "the request's limit"
+            raise MalformedUsage(f"{field} {_show(r)} is beyond {what} {most}")
+
     # -- the end ----------------------------------------------------------
     def finish(
         self,
@@ -303,7 +393,7 @@ class _MeterLogic(_StateBase):
         record.finish_reason = self.finish_reason
         usage = self.final_usage
         if usage is not None and usage.get("prompt_tokens") is not None:
-            record.prompt_tokens = int(usage["prompt_tokens"])
+            record.prompt_tokens = int(usage["prompt_tokens"])  # checked by feed
         reasoning, content, source, split = self._tokens(usage, tokenizer, chunks)
         record.tokens_reasoning = reasoning
         record.tokens_content = content
@@ -314,9 +404,11 @@ class _MeterLogic(_StateBase):
         if record.ttft_s is not None and record.tokens_output > 1:
             record.tpot_s = (record.e2e_s - record.ttft_s) / (record.tokens_output - 1)
         gaps = self._gaps
+        ordered = True  # chunk times never go back (gaps >= 0): sampling by bisection
         if gaps:
             per_chunk = Histogram()
             per_chunk.extend(gaps)
+            ordered = per_chunk.min >= 0.0
             record.chunks_coalesced = gaps.count(0.0)
             record.itl_chunk_hist = per_chunk
             tokens = self._chunk_tokens
@@ -326,15 +418,63 @@ class _MeterLogic(_StateBase):
                     # One token per chunk: the same distribution (shared, read-only).
                     per_token = per_chunk
                 else:
-                    values: list[float] = []
-                    for gap, ntok in zip(gaps, tokens, strict=True):
-                        if ntok > 0:
-                            values.extend([gap / ntok] * ntok)
-                    per_token.extend(values)
+                    _add_per_token(per_token, gaps, tokens)
             elif record.tokens_output > 1:
                 avg_tokens = (record.tokens_output - 1) / len(gaps)
                 per_token.extend([gap / avg_tokens for gap in gaps])
             record.itl_token_hist = per_token if per_token.count else None
+        if record.tokens_output > 0 and self.first_t is not None:
+            record.arrivals = self._arrivals(record.tokens_output, source == "exact", ordered)
+
+    def _arrivals(self, total: int, exact: bool, ordered: bool) -> list[list[float]]:
+        """``[offset_s, cumulative_tokens]`` samples (see ``RequestRecord.arrivals``).
+
+        The first token-bearing chunk, then the first chunk at least ARRIVAL_SAMPLE_S
+        after the last kept one, and so on, then the last chunk (with ``total``).
+        Exact counts: each chunk's own tokens (any sent in chunks without text, a
+        role chunk or a stop token, count with the first chunk); else the chunk index
+        scaled to ``total``. ``ordered``: no gap is negative, so the next sample is
+        found by bisection (a few per request) instead of a pass per chunk.
+        """
+        t0 = self.t0
+        first = self.first_t
+        assert first is not None
+        gaps = self._gaps
+        n = len(gaps) + 1
+        if n == 1:
+            return [[round(self._last_t - t0, 6), total]]
+        step = ARRIVAL_SAMPLE_S
+        tokens = self._chunk_tokens
+        # times[i]: chunk i (0 .. n-2; the last chunk is added after, at _last_t)
+        times = list(accumulate(gaps[:-1], initial=first))
+        kept: list[int] = [0]
+        if ordered:
+            i = 0
+            end = len(times)
+            while True:
+                i = bisect_left(times, times[i] + step, i + 1, end)
+                if i >= end:
+                    break
+                kept.append(i)
+        else:
+            due = first + step
+            for i, t in enumerate(times):
+                if t >= due:
+                    kept.append(i)
+                    due = t + step
+        out: list[list[float]] = []
+        if exact:
+            cum = max(total - sum(tokens), 0)  # the first chunk's tokens
+            prev = 0
+            for i in kept:
+                if i:
+                    cum += sum(tokens[prev:i])
+                    prev = i
+                out.append([round(times[i] - t0, 6), cum])
+        else:
+            out = [[round(times[i] - t0, 6), round((i + 1) * total / n, 3)] for i in kept]
+        out.append([round(self._last_t - t0, 6), total])
+        return out
 
     def _tokens(
         self,
@@ -396,6 +536,32 @@ class _MeterLogic(_StateBase):
         return r / (r + c) if r + c else 0.0
 
 
+def _add_per_token(hist: Histogram, gaps: list[float], tokens: list[int]) -> None:
+    """Add each chunk's gap / tokens once per token it carried: weights, not repeated
+    values (memory per chunk, not per token, whatever a chunk claims)."""
+    groups: dict[int, list[float]] = {}
+    for gap, ntok in zip(gaps, tokens, strict=True):
+        if ntok > 0:
+            values = groups.get(ntok)
+            if values is None:
+                groups[ntok] = [gap / ntok]
+            else:
+                values.append(gap / ntok)
+    for ntok, values in groups.items():
+        if ntok == 1:
+            hist.extend(values)
+        elif ntok <= 16 and len(values) > 4:
+            # Many chunks of a few tokens (speculative decoding): bucket them once,
+            # then count the buckets ntok times (merging adds counts exactly).
+            once = Histogram(hist.relative_accuracy)
+            once.extend(values)
+            for _ in range(ntok):
+                hist.merge(once)
+        else:
+            for value in values:
+                hist.add(value, ntok)
+
+
 class PyStreamMeter(_MeterLogic, PyMeterCore):
     """A :class:`StreamMeter` on the pure-Python core."""
 
@@ -426,7 +592,11 @@ else:
 def meter_message(message: dict[str, Any], meter: StreamMeter, now: float) -> None:
     """Account a non-streamed response (``choices[0].message``) as one chunk."""
     choices = message.get("choices") or [{}]
+    if type(choices) is not list or type(choices[0]) is not dict:
+        raise MalformedChunk("response choices are not a list of objects")
     msg = choices[0].get("message") or {}
+    if type(msg) is not dict:
+        raise MalformedChunk("response choices[0].message is not an object")
     reasoning = msg.get("reasoning")
     if reasoning is None:
         reasoning = msg.get("reasoning_content")

@@ -13,14 +13,18 @@ Runner messages (registered in ``events.init``):
   "started": n}`` — every completed request travels, so the master's
   aggregates equal a single process's exactly;
 - ``specload:step`` master -> workers: ``{"name": step, "seq": n, "budget": k}``;
-  also sent to each worker when it connects. ``budget`` (or None): how many
-  requests the worker may still start in this step — a count-based window of N
-  requests is split among the workers so that exactly N are sent;
-- ``specload:budget`` master -> one worker: ``{"seq": n, "add": k}``, more budget
-  for step ``n`` (the share of a worker that went missing, so the level still
-  gets its N requests).
+  also sent to each worker when it connects. ``budget``: None (no limit), or how
+  many requests the worker may start in this step (0 at the step's start);
+- ``specload:want`` worker -> master: ``{"seq": n, "waiting": u}``: ``u`` users wait
+  for budget in step ``n``;
+- ``specload:budget`` master -> one worker: ``{"seq": n, "add": k}``, budget granted.
 
-Workers report ``budget_left`` and ``seq`` with their records.
+A count-based window of N requests is a pool of N on the master, granted to the
+workers whose users ask (twice their waiting users at a time, so most requests
+start without waiting for a round trip), so exactly N are sent whatever the users
+per worker. Workers report ``budget_left`` and ``seq`` with their records; the
+unspent budget of a worker that goes missing, and its requests that will never
+report back, return to the pool.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ log = logging.getLogger("specload.load")
 MSG_RECORDS = "specload:records"
 MSG_STEP = "specload:step"
 MSG_BUDGET = "specload:budget"
+MSG_WANT = "specload:want"
 FLUSH_INTERVAL_S = 0.25
 DRAIN_TIMEOUT_S = 10.0
 
@@ -67,9 +72,10 @@ class _WorkerCount:
     received: int = 0
     missing_logged: bool = False
     greeted: bool = False
-    budget: int | None = None  # the share of the current step's budget sent to it
+    budget: int | None = None  # budget granted to it in the current step
     budget_left: int | None = None  # as last reported, for ``budget_seq``
     budget_seq: int = 0
+    wanting: int = 0  # users waiting for budget, not yet granted
     redistributed: bool = False
     lost_moved: int = 0  # its lost requests already given to other workers
 
@@ -86,6 +92,9 @@ class LoadSession:
         self.step_seq = 0
         # Requests this process may still start in the current step (None: no limit).
         self.budget: int | None = None
+        self._pool = 0  # master: budget of the step not yet granted
+        self._waiting = 0  # users waiting for budget here
+        self._asked = False  # worker: a want is out for this step
         self._step_changed = gevent.event.Event()
         self.aggregator = Aggregator()
         self.metrics = ClientMetrics(users=self._user_count, lost_requests=self.lost_requests)
@@ -125,24 +134,19 @@ class LoadSession:
         self.step_seq += 1
         self.step = name
         runner = self.environment.runner
+        self.budget = budget
+        self._asked = False
         if self.role == "master" and runner is not None:
-            self.budget = budget
-            ready = [c.id for c in runner.clients.ready] if budget is not None else []
-            shares = _split(budget, len(ready)) if budget is not None else []
+            self._pool = budget or 0
             for count in self._workers.values():
                 count.budget = None if budget is None else 0
                 count.budget_left = None
+                count.wanting = 0
                 count.redistributed = False
-            for node_id, share in zip(ready, shares, strict=True):
-                count = self._workers.setdefault(node_id, _WorkerCount())
-                count.budget = share
-            if budget is None:
-                runner.send_message(MSG_STEP, {"name": name, "seq": self.step_seq, "budget": None})
-            else:
-                for node_id, count in self._workers.items():
-                    self._send_step(node_id, count)
-        else:
-            self.budget = budget
+            runner.send_message(
+                MSG_STEP,
+                {"name": name, "seq": self.step_seq, "budget": None if budget is None else 0},
+            )
         self._wake()
 
     def _wake(self) -> None:
@@ -191,6 +195,7 @@ class LoadSession:
         if isinstance(runner, MasterRunner):
             self.role = "master"
             runner.register_message(MSG_RECORDS, self._on_records)
+            runner.register_message(MSG_WANT, self._on_want)
             self._drain_before_quit(runner)
             self.environment.events.worker_connect.add_listener(self._on_worker_connect)
             self._greenlets.append(gevent.spawn(self._watch_workers))
@@ -227,9 +232,7 @@ class LoadSession:
         """Add ``/specload`` (per-category TTFT, TPOT, tok/s) to Locust's web UI."""
         if web_ui is None or self.role == "worker":
             return
-        web_ui.app.add_url_rule(
-            "/specload", "specload_stats", lambda: stats_html(self.aggregator)
-        )
+        web_ui.app.add_url_rule("/specload", "specload_stats", lambda: stats_html(self.aggregator))
 
     def _start_metrics(self) -> None:
         text = getattr(self.options, "metrics_address", "off") if self.options else "off"
@@ -319,11 +322,16 @@ class LoadSession:
         now = time.time()
         o = self.options
         return RequestRecord(
-            category=prompt.category, step=step,
+            category=prompt.category,
+            step=step,
             variant=(getattr(o, "variant", "") if o else "") or "default",
             model=(getattr(o, "model", "") if o else "") or "unknown",
-            start_s=now, end_s=now, error_kind=exc.kind, error_detail=exc.detail[:200],
-            http_status=exc.status, e2e_s=0.0,
+            start_s=now,
+            end_s=now,
+            error_kind=exc.kind,
+            error_detail=exc.detail[:200],
+            http_status=exc.status,
+            e2e_s=0.0,
         )
 
     def request_started(self) -> str:
@@ -332,7 +340,13 @@ class LoadSession:
         In a step with a budget, a user that finds it spent waits here for the next step.
         """
         while self.budget is not None and self.budget <= 0:
-            self._step_changed.wait()
+            self._waiting += 1
+            try:
+                if self.role == "worker":
+                    self._ask_budget()
+                self._step_changed.wait()
+            finally:
+                self._waiting -= 1
         if self.budget is not None:
             self.budget -= 1
         self.started += 1
@@ -375,8 +389,12 @@ class LoadSession:
         try:
             runner.send_message(
                 MSG_RECORDS,
-                {"records": batch, "started": self.started, "seq": self.step_seq,
-                 "budget_left": self.budget},
+                {
+                    "records": batch,
+                    "started": self.started,
+                    "seq": self.step_seq,
+                    "budget_left": self.budget,
+                },
             )
         except Exception as exc:  # the master is gone: keep the records for the next try
             self._pending[:0] = batch
@@ -398,13 +416,45 @@ class LoadSession:
             self.step = str(data["name"])
             budget = data.get("budget")
             self.budget = None if budget is None else int(budget)
+            self._asked = False  # a want of the step before is not answered
             self._wake()
 
     def _on_budget(self, environment: Any, msg: Any, **kw: Any) -> None:
         data = msg.data or {}
         if int(data.get("seq", -1)) == self.step_seq and self.budget is not None:
             self.budget += int(data.get("add", 0))
+            self._asked = False
             self._wake()
+
+    def _ask_budget(self) -> None:
+        """Tell the master how many users wait for budget (once until it answers)."""
+        runner = self.environment.runner
+        if self._asked or runner is None:
+            return
+        self._asked = True
+        try:
+            runner.send_message(MSG_WANT, {"seq": self.step_seq, "waiting": self._waiting})
+        except Exception as exc:  # the master is gone
+            self._asked = False
+            log.debug("specload: could not ask for budget: %s", exc)
+
+    def _on_want(self, environment: Any, msg: Any, **kw: Any) -> None:
+        data = msg.data or {}
+        if int(data.get("seq", -1)) != self.step_seq or self.budget is None:
+            return
+        count = self._workers.setdefault(msg.node_id, _WorkerCount())
+        count.wanting = max(1, int(data.get("waiting", 1)))
+        self._grant(msg.node_id, count)
+
+    def _grant(self, node_id: str, count: _WorkerCount) -> None:
+        runner = self.environment.runner
+        if runner is None or not count.wanting or self._pool <= 0:
+            return
+        add = min(self._pool, 2 * count.wanting)
+        self._pool -= add
+        count.wanting = 0
+        count.budget = (count.budget or 0) + add
+        runner.send_message(MSG_BUDGET, {"seq": self.step_seq, "add": add}, client_id=node_id)
 
     # -- master side ---------------------------------------------------------
     def _on_records(self, environment: Any, msg: Any, **kw: Any) -> None:
@@ -457,7 +507,7 @@ class LoadSession:
     def _send_step(self, client_id: str, count: _WorkerCount) -> None:
         runner = self.environment.runner
         if runner is not None:
-            budget = None if self.budget is None else (count.budget or 0)
+            budget = None if self.budget is None else 0
             runner.send_message(
                 MSG_STEP,
                 {"name": self.step, "seq": self.step_seq, "budget": budget},
@@ -465,32 +515,32 @@ class LoadSession:
             )
 
     def _redistribute(self, node_id: str, count: _WorkerCount) -> None:
-        """Give a vanished worker's unspent budget, and its requests that will never
-        report back, to a worker still running: the level still gets its N requests."""
+        """Return a vanished worker's unspent budget, and its requests that will never
+        report back, to the pool: the level still gets its N requests."""
         runner = self.environment.runner
         if runner is None or self.budget is None or count.redistributed:
             return
         count.redistributed = True
-        share = count.budget or 0
+        granted = count.budget or 0
         left = count.budget_left if count.budget_seq == self.step_seq else None
-        unspent = share if left is None else max(0, left)
+        unspent = granted if left is None else max(0, min(left, granted))
         lost = max(0, count.started - count.received - count.lost_moved)
         count.lost_moved += lost
+        count.budget = 0
         extra = unspent + lost
-        ready = [c.id for c in runner.clients.ready if c.id != node_id]
-        if not extra or not ready:
+        if not extra:
             return
-        for target, add in zip(ready, _split(extra, len(ready)), strict=True):
-            if add:
-                t = self._workers.setdefault(target, _WorkerCount())
-                t.budget = (t.budget or 0) + add
-                runner.send_message(
-                    MSG_BUDGET, {"seq": self.step_seq, "add": add}, client_id=target
-                )
+        self._pool += extra
         log.warning(
-            "specload: %d requests of step %s moved from missing worker %s to %d other workers",
-            extra, self.step, node_id, len(ready),
+            "specload: %d requests of step %s moved from missing worker %s to the others",
+            extra,
+            self.step,
+            node_id,
         )
+        for other_id, other in self._workers.items():
+            client = runner.clients.get(other_id)
+            if other_id != node_id and client is not None and client.state != "missing":
+                self._grant(other_id, other)
 
     def _watch_workers(self) -> None:
         while True:
@@ -508,7 +558,8 @@ class LoadSession:
                     log.warning(
                         "specload: worker %s went missing: %d requests started there were "
                         "never reported (counted in specload_client_requests_lost_total)",
-                        node_id, max(0, count.started - count.received),
+                        node_id,
+                        max(0, count.started - count.received),
                     )
 
     def _on_quitting(self, environment: Any, **kw: Any) -> None:
@@ -541,8 +592,12 @@ def detect_model(url: ServerURL, api_key: str = "") -> str:
     parts: list[bytes] = []
     try:
         conn.request(
-            "GET", path, None, f"Accept: application/json\r\n{auth}".encode(),
-            lambda data, now: parts.append(data), timeout_s=30.0,
+            "GET",
+            path,
+            None,
+            f"Accept: application/json\r\n{auth}".encode(),
+            lambda data, now: parts.append(data),
+            timeout_s=30.0,
         )
     finally:
         conn.close()
@@ -558,23 +613,54 @@ def fire_locust_events(environment: Any, r: RequestRecord) -> None:
     fire = environment.events.request.fire
     exc = None if r.ok else Exception(f"{r.error_kind}: {r.error_detail or ''}".strip())
     fire(
-        request_type="CHAT", name=r.category, response_time=(r.e2e_s or 0.0) * 1000,
-        response_length=r.tokens_output, exception=exc, context={"step": r.step},
+        request_type="CHAT",
+        name=r.category,
+        response_time=(r.e2e_s or 0.0) * 1000,
+        response_length=r.tokens_output,
+        exception=exc,
+        context={"step": r.step},
     )
     if r.ok:
         if r.ttft_s is not None:
-            fire(request_type="TTFT", name=r.category, response_time=r.ttft_s * 1000,
-                 response_length=0, exception=None, context={})
+            fire(
+                request_type="TTFT",
+                name=r.category,
+                response_time=r.ttft_s * 1000,
+                response_length=0,
+                exception=None,
+                context={},
+            )
         if r.tpot_s is not None:
-            fire(request_type="TPOT", name=r.category, response_time=r.tpot_s * 1000,
-                 response_length=0, exception=None, context={})
+            fire(
+                request_type="TPOT",
+                name=r.category,
+                response_time=r.tpot_s * 1000,
+                response_length=0,
+                exception=None,
+                context={},
+            )
 
 
 CSV_COLUMNS = (
-    "step", "category", "completed", "failed", "unfinished", "output_tokens",
-    "reasoning_tokens", "content_tokens", "output_tokens_per_s", "median_ttft_ms",
-    "p90_ttft_ms", "median_ttfct_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms",
-    "median_itl_ms", "median_e2e_ms", "tokens_per_chunk", "coalesced_gap_share",
+    "step",
+    "category",
+    "completed",
+    "failed",
+    "unfinished",
+    "output_tokens",
+    "reasoning_tokens",
+    "content_tokens",
+    "output_tokens_per_s",
+    "median_ttft_ms",
+    "p90_ttft_ms",
+    "median_ttfct_ms",
+    "median_tpot_ms",
+    "p90_tpot_ms",
+    "p99_tpot_ms",
+    "median_itl_ms",
+    "median_e2e_ms",
+    "tokens_per_chunk",
+    "coalesced_gap_share",
     "reasoning_truncated",
 )
 
@@ -591,15 +677,22 @@ def stats_row(step: str, category: str, n: Mapping[str, Any]) -> dict[str, Any]:
         return "" if v is None else f"{v:.{digits}f}"
 
     return {
-        "step": step, "category": category, "completed": n["completed"], "failed": n["failed"],
-        "unfinished": n["unfinished"], "output_tokens": n["total_output_tokens"],
+        "step": step,
+        "category": category,
+        "completed": n["completed"],
+        "failed": n["failed"],
+        "unfinished": n["unfinished"],
+        "output_tokens": n["total_output_tokens"],
         "reasoning_tokens": n["total_reasoning_tokens"],
         "content_tokens": n["total_content_tokens"],
         "output_tokens_per_s": num("output_throughput", 1),
-        "median_ttft_ms": ms("median_ttft_ms"), "p90_ttft_ms": ms("p90_ttft_ms"),
+        "median_ttft_ms": ms("median_ttft_ms"),
+        "p90_ttft_ms": ms("p90_ttft_ms"),
         "median_ttfct_ms": ms("median_ttfct_ms"),
-        "median_tpot_ms": ms("median_tpot_ms"), "p90_tpot_ms": ms("p90_tpot_ms"),
-        "p99_tpot_ms": ms("p99_tpot_ms"), "median_itl_ms": ms("median_itl_ms"),
+        "median_tpot_ms": ms("median_tpot_ms"),
+        "p90_tpot_ms": ms("p90_tpot_ms"),
+        "p99_tpot_ms": ms("p99_tpot_ms"),
+        "median_itl_ms": ms("median_itl_ms"),
         "median_e2e_ms": ms("median_e2el_ms"),
         "tokens_per_chunk": num("mean_tokens_per_chunk", 3),
         "coalesced_gap_share": num("coalesced_chunk_share", 3),

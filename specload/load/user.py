@@ -43,7 +43,12 @@ class ChatUser(User):
         try:
             record = self._requester.send(prompt, step)
         except GreenletExit:
-            session.request_abandoned()  # Locust stopped this user mid-request
+            # Locust stopped this user mid-request: record it as unfinished.
+            partial = self._requester.interrupted()
+            if partial is None:
+                session.request_abandoned()
+            else:
+                session.complete(partial)
             raise
         session.complete(record)
         if record.error_kind == "refused":

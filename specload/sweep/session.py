@@ -162,7 +162,7 @@ def run_sweep(args: argparse.Namespace, settings: SweepSettings) -> int:
             progress.message(f"specload run: stopped: {summary.get('stop_reason')}")
             return EXIT_OUTAGE
         levels = summary["levels"]
-        if levels and all(level["completed"] == 0 for level in levels):
+        if levels and all(level["completed"] == 0 and level["failed"] for level in levels):
             progress.message(
                 "specload run: every measured request failed ("
                 + ", ".join(f"{k} {v}" for k, v in _errors(levels).most_common(3))

@@ -13,7 +13,7 @@ import pytest
 
 from specload.cli import main
 from specload.results import read_requests, read_summary, summary_schema
-from specload.results.aggregate import aggregate_records
+from specload.results.aggregate import aggregate_records, summarize_level
 from specload.sweep.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -63,8 +63,17 @@ def test_sweep_levels_categories_and_server_block(sweep_sim, specload_run, tmp_p
         lo, hi = ts(level["window_started_at"]), ts(level["window_ended_at"])
         assert all(lo - 0.05 <= r["start_s"] <= hi + 0.05 for r in mine)
         assert level["duration"] == pytest.approx(3.0, abs=0.05)
+        # throughput: the tokens that arrived in the window, recomputed from requests.jsonl
+        again = summarize_level(records, step=level["name"], window_start_s=lo,
+                                window_end_s=hi, duration_s=level["duration"])
+        assert level["output_throughput"] == pytest.approx(again["output_throughput"], rel=0.01)
+        # short requests against the window: close to the tokens of the requests it started
         assert level["output_throughput"] == pytest.approx(
-            sum(r["tokens_output"] for r in mine if r["ok"]) / level["duration"])
+            sum(r["tokens_output"] for r in mine if r["ok"]) / level["duration"], rel=0.15)
+        # max_tokens 48 ends most requests inside reasoning: the guard says so
+        truncated = level["reasoning_truncated_ratio"] > 0.2
+        assert level["flags"] == (["reasoning_truncated"] if truncated else [])
+        assert len(level["warnings"]) == int(truncated)
         # per category: the summary equals a recomputation from requests.jsonl
         assert set(level["categories"]) == {r["category"] for r in mine}
         for cat, stats in level["categories"].items():

@@ -22,7 +22,13 @@ import orjson
 import pytest
 
 from specload.load.http import ResponseParser
-from specload.load.meter import MalformedChunk, PyStreamMeter, StreamMeter
+from specload.load.meter import (
+    MAX_PROMPT_TOKENS,
+    MalformedChunk,
+    PyStreamMeter,
+    StreamMeter,
+    token_limit,
+)
 from specload.load.records import RequestRecord
 from specload.sse import SSEDecoder
 
@@ -40,10 +46,29 @@ if CStreamMeter is None:  # SPECLOAD_FASTPATH=0: the C meter class still exists
     CStreamMeter = _meter.CStreamMeter  # type: ignore[attr-defined]
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-STATE = ("done", "first_t", "last_event_t", "first_content_t", "_last_t", "_gaps",
-         "_chunk_tokens", "chunks_reasoning", "chunks_content", "continuous", "_prev_cum",
-         "tokens_reasoning_exact", "tokens_content_exact", "unattributed", "_pending_tokens",
-         "_mixed", "last_channel", "final_usage", "finish_reason", "has_content_text")
+STATE = (
+    "done",
+    "first_t",
+    "last_event_t",
+    "first_content_t",
+    "_last_t",
+    "_gaps",
+    "_chunk_tokens",
+    "chunks_reasoning",
+    "chunks_content",
+    "continuous",
+    "_prev_cum",
+    "tokens_reasoning_exact",
+    "tokens_content_exact",
+    "unattributed",
+    "_pending_tokens",
+    "_mixed",
+    "last_channel",
+    "final_usage",
+    "finish_reason",
+    "has_content_text",
+    "token_limit",
+)
 
 
 def event(payload: bytes | dict[str, Any]) -> bytes:
@@ -56,19 +81,37 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-def delta_chunk(delta: dict[str, Any], cum: int | None, finish: str | None = None) -> bytes:
-    obj: dict[str, Any] = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1,
-                           "model": "m", "choices": [{"index": 0, "delta": delta,
-                                                      "logprobs": None, "finish_reason": finish}]}
+def delta_chunk(
+    delta: dict[str, Any], cum: int | None, finish: str | None = None, *, details: Any = "absent"
+) -> bytes:
+    obj: dict[str, Any] = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
     if cum is not None:
         obj["usage"] = {"prompt_tokens": 9, "completion_tokens": cum, "total_tokens": 9 + cum}
+        if details != "absent":  # vLLM 0.32: {"reasoning_tokens": 0} on every chunk
+            obj["usage"]["completion_tokens_details"] = details
     return event(obj)
 
 
-def vllm_stream(n_reason: int, n_content: int, per_chunk: int = 1, *, field: str = "reasoning",
-                usage: bool = True, text: str = "tok") -> list[bytes]:
+def vllm_stream(
+    n_reason: int,
+    n_content: int,
+    per_chunk: int = 1,
+    *,
+    field: str = "reasoning",
+    usage: bool = True,
+    text: str = "tok",
+    details: Any = "absent",
+) -> list[bytes]:
     """SSE events as vLLM sends them: role chunk, reasoning, content, usage chunk, [DONE]."""
-    events = [delta_chunk({"role": "assistant", "content": ""}, 0 if usage else None)]
+    events = [
+        delta_chunk({"role": "assistant", "content": ""}, 0 if usage else None, details=details)
+    ]
     sent = 0
     total = n_reason + n_content
     while sent < total:
@@ -80,19 +123,34 @@ def vllm_stream(n_reason: int, n_content: int, per_chunk: int = 1, *, field: str
         if n - r:
             delta["content"] = text * (n - r)
         sent += n
-        events.append(delta_chunk(delta, sent if usage else None,
-                                  "length" if sent == total else None))
+        events.append(
+            delta_chunk(
+                delta, sent if usage else None, "length" if sent == total else None, details=details
+            )
+        )
     if usage:
-        events.append(event({"id": "chatcmpl-1", "choices": [],
-                             "usage": {"prompt_tokens": 9, "completion_tokens": total,
-                                       "completion_tokens_details": None}}))
+        events.append(
+            event(
+                {
+                    "id": "chatcmpl-1",
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": 9,
+                        "completion_tokens": total,
+                        "completion_tokens_details": None,
+                    },
+                }
+            )
+        )
     events.append(event(b"[DONE]"))
     return events
 
 
 def wire(events: list[bytes], per_chunk_events: int = 1) -> bytes:
-    body = b"".join(chunk(b"".join(events[i : i + per_chunk_events]))
-                    for i in range(0, len(events), per_chunk_events))
+    body = b"".join(
+        chunk(b"".join(events[i : i + per_chunk_events]))
+        for i in range(0, len(events), per_chunk_events)
+    )
     return HEAD + body + b"0\r\n\r\n"
 
 
@@ -109,9 +167,11 @@ def one_read_per_chunk(data: bytes) -> list[bytes]:
     return reads
 
 
-def drive(meter_cls: Any, reads: list[bytes], *, fused: bool) -> tuple[Any, int, str]:
+def drive(
+    meter_cls: Any, reads: list[bytes], *, fused: bool, max_tokens: int | None = None
+) -> tuple[Any, int, str]:
     """Meter ``reads`` as the reactor does; returns (meter, fused reads, error)."""
-    meter = meter_cls(0.5)
+    meter = meter_cls(0.5, max_tokens=max_tokens)
     decoder = SSEDecoder()
 
     def on_body(data: bytes, now: float) -> None:
@@ -137,8 +197,8 @@ def drive(meter_cls: Any, reads: list[bytes], *, fused: bool) -> tuple[Any, int,
                     continue
             if parser.feed(data, now):
                 break
-    except MalformedChunk as exc:
-        error = f"malformed: {exc}"
+    except MalformedChunk as exc:  # MalformedUsage too: the class is part of the result
+        error = f"{type(exc).__name__}: {exc}"
     return meter, taken, error
 
 
@@ -150,10 +210,12 @@ def snapshot(meter: Any) -> dict[str, Any]:
     return state
 
 
-def check_same(reads: list[bytes], *, expect_fused: bool) -> tuple[dict[str, Any], str]:
-    fast_meter, taken, fast_err = drive(CStreamMeter, reads, fused=True)
-    full_meter, none, full_err = drive(CStreamMeter, reads, fused=False)
-    py_meter, _, py_err = drive(PyStreamMeter, reads, fused=False)
+def check_same(
+    reads: list[bytes], *, expect_fused: bool, max_tokens: int | None = None
+) -> tuple[dict[str, Any], str]:
+    fast_meter, taken, fast_err = drive(CStreamMeter, reads, fused=True, max_tokens=max_tokens)
+    full_meter, none, full_err = drive(CStreamMeter, reads, fused=False, max_tokens=max_tokens)
+    py_meter, _, py_err = drive(PyStreamMeter, reads, fused=False, max_tokens=max_tokens)
     assert none == 0
     assert fast_err == full_err == py_err
     fast_state = snapshot(fast_meter)
@@ -180,9 +242,14 @@ def test_vllm_stream_one_chunk_per_read_is_fused_and_exact(field: str, per_chunk
 @pytest.mark.parametrize("seed", range(12))
 def test_any_split_of_the_wire_gives_the_same_record(seed: int) -> None:
     rng = random.Random(seed)
-    events = vllm_stream(rng.randint(0, 20), rng.randint(1, 20), rng.choice([1, 2, 3]),
-                         field=rng.choice(["reasoning", "reasoning_content"]),
-                         usage=rng.random() < 0.8, text=rng.choice(["tok", "é", "\n\"x\""]))
+    events = vllm_stream(
+        rng.randint(0, 20),
+        rng.randint(1, 20),
+        rng.choice([1, 2, 3]),
+        field=rng.choice(["reasoning", "reasoning_content"]),
+        usage=rng.random() < 0.8,
+        text=rng.choice(["tok", "é", '\n"x"']),
+    )
     data = wire(events, per_chunk_events=rng.choice([1, 1, 2, 3]))
     cuts = sorted(rng.sample(range(1, len(data)), rng.randint(1, 25)))
     if seed % 2:  # whole chunks, several per read: the usual shape under load
@@ -382,7 +449,8 @@ def test_read_ready_takes_fused_reads_and_returns_the_rest() -> None:
         assert (ready, unstamped) == (2, 0)
         assert now <= time.perf_counter() < now + 0.1  # perf_counter's clock
         assert [(fd, kind, payload) for fd, kind, payload, _ in left] == [
-            (other_client.fileno(), 0, b"hello")]
+            (other_client.fileno(), 0, b"hello")
+        ]
         assert left[0][3] < now - 0.1  # the arrival time, not the read time
         assert meter.chunks_content == 1 and meter.first_t is not None
         assert sent <= meter.first_t < now - 0.1
@@ -402,9 +470,312 @@ def test_read_ready_takes_fused_reads_and_returns_the_rest() -> None:
 def test_same_results_as_pure_python_on_real_reads() -> None:
     # The same stream read from a socket by both cores, through ResponseParser.
     def run(meter_cls: Callable[..., Any], fused: bool) -> dict[str, Any]:
-        meter, _, err = drive(meter_cls, one_read_per_chunk(wire(vllm_stream(5, 5, 2))),
-                              fused=fused)
+        meter, _, err = drive(
+            meter_cls, one_read_per_chunk(wire(vllm_stream(5, 5, 2))), fused=fused
+        )
         assert not err
         return snapshot(meter)
 
     assert run(CStreamMeter, True) == run(PyStreamMeter, False)
+
+
+# -- usage the meter cannot believe: the same failure, at the same chunk, three ways ---------
+
+
+def text_chunk(usage: Any, content: str = "tok") -> bytes:
+    return event(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "choices": [
+                {"index": 0, "delta": {"content": content}, "logprobs": None, "finish_reason": None}
+            ],
+            "usage": usage,
+        }
+    )
+
+
+def bad_at_4(usage: Any) -> list[bytes]:
+    """role, 3 reasoning chunks (cum 1..3), then a content chunk with ``usage`` in place of
+    cum 4, 2 more content chunks, the usage chunk, [DONE]."""
+    events = vllm_stream(3, 3)
+    events[4] = usage if isinstance(usage, bytes) else text_chunk(usage)
+    return events
+
+
+def final_usage(usage: Any, *, continuous: bool) -> list[bytes]:
+    events = vllm_stream(3, 3, usage=continuous)
+    obj = event({"id": "chatcmpl-1", "choices": [], "usage": usage})
+    if continuous:
+        events[-2] = obj
+    else:
+        events.insert(-1, obj)
+    return events
+
+
+U = {"prompt_tokens": 9}
+# (id, events, max_tokens, a fragment of the error ("" accepted), tokens in the record)
+USAGE_CASES: list[tuple[str, list[bytes], int | None, str, int]] = [
+    (
+        "prompt-abc",
+        bad_at_4({"prompt_tokens": "abc", "completion_tokens": 4}),
+        4096,
+        "usage.prompt_tokens is not a non-negative integer: 'abc'",
+        3,
+    ),
+    (
+        "prompt-float",
+        bad_at_4({"prompt_tokens": 9.0, "completion_tokens": 4}),
+        4096,
+        "usage.prompt_tokens",
+        3,
+    ),
+    (
+        "prompt-bool",
+        bad_at_4({"prompt_tokens": True, "completion_tokens": 4}),
+        4096,
+        "usage.prompt_tokens",
+        3,
+    ),
+    (
+        "prompt-negative",
+        bad_at_4({"prompt_tokens": -9, "completion_tokens": 4}),
+        4096,
+        "usage.prompt_tokens",
+        3,
+    ),
+    (
+        "prompt-huge",
+        bad_at_4({"prompt_tokens": MAX_PROMPT_TOKENS + 1, "completion_tokens": 4}),
+        4096,
+        "usage.prompt_tokens",
+        3,
+    ),
+    (
+        "prompt-max",
+        bad_at_4({"prompt_tokens": MAX_PROMPT_TOKENS, "completion_tokens": 4}),
+        4096,
+        "",
+        6,
+    ),
+    (
+        "reasoning-string-final",
+        final_usage(
+            {**U, "completion_tokens": 6, "completion_tokens_details": {"reasoning_tokens": "3"}},
+            continuous=True,
+        ),
+        4096,
+        "usage.completion_tokens_details.reasoning_tokens is not a non-negative integer: '3'",
+        6,
+    ),
+    (
+        "reasoning-string",
+        bad_at_4(
+            {**U, "completion_tokens": 4, "completion_tokens_details": {"reasoning_tokens": "3"}}
+        ),
+        4096,
+        "usage.completion_tokens_details.reasoning_tokens",
+        3,
+    ),
+    (
+        "reasoning-negative",
+        bad_at_4(
+            {**U, "completion_tokens": 4, "completion_tokens_details": {"reasoning_tokens": -1}}
+        ),
+        4096,
+        "usage.completion_tokens_details.reasoning_tokens",
+        3,
+    ),
+    (
+        "reasoning-beyond-completion",
+        bad_at_4(
+            {**U, "completion_tokens": 4, "completion_tokens_details": {"reasoning_tokens": 5}}
+        ),
+        4096,
+        "usage.completion_tokens_details.reasoning_tokens 5 is beyond completion_tokens 4",
+        3,
+    ),
+    (
+        "reasoning-beyond-limit",
+        final_usage(
+            {**U, "completion_tokens_details": {"reasoning_tokens": 10**12}}, continuous=False
+        ),
+        100,
+        "usage.completion_tokens_details.reasoning_tokens",
+        6,
+    ),
+    (
+        "details-list",
+        bad_at_4({**U, "completion_tokens": 4, "completion_tokens_details": [1]}),
+        4096,
+        "usage.completion_tokens_details is not an object",
+        3,
+    ),
+    (
+        "details-string",
+        bad_at_4({**U, "completion_tokens": 4, "completion_tokens_details": "x"}),
+        4096,
+        "usage.completion_tokens_details is not an object",
+        3,
+    ),
+    (
+        "details-number",
+        bad_at_4({**U, "completion_tokens": 4, "completion_tokens_details": 0}),
+        4096,
+        "usage.completion_tokens_details is not an object",
+        3,
+    ),
+    (
+        "usage-string",
+        bad_at_4(event(b'{"choices":[{"delta":{"content":"x"}}],"usage":"x"}')),
+        4096,
+        "usage is not an object: 'x'",
+        3,
+    ),
+    (
+        "jump-1e8",
+        bad_at_4({**U, "completion_tokens": 10**8}),
+        4096,
+        "usage.completion_tokens 100000000 is beyond the request's limit 4137",
+        3,
+    ),
+    (
+        "jump-1e8-no-max-tokens",
+        bad_at_4({**U, "completion_tokens": 10**8}),
+        None,
+        "usage.completion_tokens 100000000 is beyond the request's limit 10000000",
+        3,
+    ),
+    (
+        "jump-1e12",
+        bad_at_4({**U, "completion_tokens": 10**12}),
+        None,
+        "usage.completion_tokens 1000000000000 is beyond",
+        3,
+    ),
+    (
+        "jump-1e30",
+        bad_at_4(
+            event(
+                b'{"choices":[{"delta":{"content":"x"}}],'
+                b'"usage":{"completion_tokens":' + b"1" + b"0" * 30 + b"}}"
+            )
+        ),
+        None,
+        "usage.completion_tokens is not a non-negative integer: 1e+30",
+        3,
+    ),
+    (
+        "completion-string",
+        bad_at_4({**U, "completion_tokens": "4"}),
+        4096,
+        "usage.completion_tokens is not a non-negative integer: '4'",
+        3,
+    ),
+    (
+        "decreasing",
+        bad_at_4({**U, "completion_tokens": 2}),
+        4096,
+        "usage.completion_tokens went down, from 3 to 2",
+        3,
+    ),
+    (
+        "negative",
+        bad_at_4({**U, "completion_tokens": -1}),
+        4096,
+        "usage.completion_tokens is not a non-negative integer: -1",
+        3,
+    ),
+    (
+        "final-1e12",
+        final_usage({**U, "completion_tokens": 10**12}, continuous=False),
+        None,
+        "usage.completion_tokens 1000000000000 is beyond",
+        6,
+    ),
+    (
+        "final-decreasing",
+        final_usage({**U, "completion_tokens": 5}, continuous=True),
+        4096,
+        "usage.completion_tokens went down, from 6 to 5",
+        6,
+    ),
+    # at the limit (max_tokens 4 + the slack of 8) it is believed; one more is not
+    ("at-limit", vllm_stream(6, 6), 4, "", 12),
+    ("beyond-limit", vllm_stream(6, 7), 4, "usage.completion_tokens 13 is beyond", 12),
+    ("details-null", vllm_stream(3, 3, details=None), 4096, "", 6),
+    ("details-empty", vllm_stream(3, 3, details={}), 4096, "", 6),
+    ("details-reasoning-null", vllm_stream(3, 3, details={"reasoning_tokens": None}), 4096, "", 6),
+    (
+        "details-vllm-0.32",
+        vllm_stream(3, 3, details={"reasoning_tokens": 0, "x": [1]}),
+        4096,
+        "",
+        6,
+    ),
+]
+
+
+@pytest.mark.parametrize("per_read", [1, 3])
+@pytest.mark.parametrize(
+    ("events", "max_tokens", "error", "tokens"),
+    [c[1:] for c in USAGE_CASES],
+    ids=[c[0] for c in USAGE_CASES],
+)
+def test_usage_the_meter_cannot_believe_fails_the_same_three_ways(
+    events: list[bytes], max_tokens: int | None, error: str, tokens: int, per_read: int
+) -> None:
+    reads = one_read_per_chunk(wire(events, per_chunk_events=per_read))
+    state, err = check_same(reads, expect_fused=not error and per_read == 1, max_tokens=max_tokens)
+    rec = state["record"]
+    if error:
+        assert err.startswith("MalformedUsage: ") and error in err
+    else:
+        assert not err and state["done"]
+    assert rec["tokens_output"] == tokens  # what was counted before the bad chunk is kept
+    assert rec["arrivals"][-1][1] == tokens
+
+
+def test_the_fused_reader_takes_vllm_032_usage_with_details() -> None:
+    reads = one_read_per_chunk(wire(vllm_stream(5, 5, details={"reasoning_tokens": 0})))
+    meter = CStreamMeter(0.0, max_tokens=100)
+    parser = ResponseParser(lambda data, now: None, "POST", meter)
+    parser.feed(reads[0], 0.5)
+    assert all(meter.feed_read(bytearray(r), len(r), 1.0) for r in reads[1:])
+    assert meter.done and meter.tokens_content_exact == 5
+
+
+def test_the_fused_reader_declines_a_bad_count_without_changing_anything() -> None:
+    meter = CStreamMeter(0.0, max_tokens=10)
+    before = snapshot(CStreamMeter(0.0, max_tokens=10))
+    for usage in (
+        {"completion_tokens": 10**12},
+        {"completion_tokens": 19},
+        {"completion_tokens": 4, "completion_tokens_details": {"reasoning_tokens": 5}},
+        {"completion_tokens": 4, "prompt_tokens": MAX_PROMPT_TOKENS + 1},
+    ):
+        data = chunk(text_chunk(usage))
+        assert meter.feed_read(bytearray(data), len(data), 1.0) == 0
+    assert snapshot(meter) == before
+    data = chunk(text_chunk({"completion_tokens": 18}))  # 10 + the slack of 8
+    assert meter.feed_read(bytearray(data), len(data), 1.0) == 1
+    assert meter.tokens_content_exact == 18
+
+
+def test_limits_are_the_same_in_c_and_python() -> None:
+    assert fastpath.MAX_PROMPT_TOKENS == MAX_PROMPT_TOKENS
+    assert (token_limit(4), token_limit(4096), token_limit(None)) == (12, 4137, 10**7)
+    assert CStreamMeter(0.0, max_tokens=4096).token_limit == 4137
+    assert CStreamMeter(0.0, max_tokens=10**30).token_limit == 10**18 - 1
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_bad_usage_on_any_split_of_the_wire_gives_the_same_record(seed: int) -> None:
+    rng = random.Random(1000 + seed)
+    _, events, max_tokens, error, tokens = rng.choice(USAGE_CASES)
+    data = wire(events, per_chunk_events=rng.choice([1, 2, 3]))
+    cuts = sorted(rng.sample(range(1, len(data)), rng.randint(1, 12)))
+    reads = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+    state, err = check_same(reads, expect_fused=False, max_tokens=max_tokens)
+    assert (error in err) if error else not err
+    assert state["record"]["tokens_output"] == tokens

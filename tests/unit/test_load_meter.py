@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import orjson
 import pytest
 
 from specload.load.meter import MalformedChunk, StreamMeter, meter_message
-from specload.load.records import RequestRecord
+from specload.load.records import ARRIVAL_SAMPLE_S, RequestRecord
 
 pytestmark = pytest.mark.unit
 
@@ -17,8 +18,15 @@ def rec() -> RequestRecord:
     return RequestRecord("math", "s", "v", "m", 0.0, 0.0)
 
 
-def chunk(reasoning: str | None = None, content: str | None = None, *, cum: int | None = None,
-          finish: str | None = None, field: str = "reasoning", role: bool = False) -> bytes:
+def chunk(
+    reasoning: str | None = None,
+    content: str | None = None,
+    *,
+    cum: int | None = None,
+    finish: str | None = None,
+    field: str = "reasoning",
+    role: bool = False,
+) -> bytes:
     delta: dict[str, Any] = {}
     if role:
         delta["role"] = "assistant"
@@ -30,8 +38,10 @@ def chunk(reasoning: str | None = None, content: str | None = None, *, cum: int 
             delta["reasoning_content"] = reasoning
     if content is not None:
         delta["content"] = content
-    obj: dict[str, Any] = {"object": "chat.completion.chunk",
-                           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    obj: dict[str, Any] = {
+        "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     if cum is not None:
         obj["usage"] = {"prompt_tokens": 7, "completion_tokens": cum}
     return orjson.dumps(obj)
@@ -44,9 +54,19 @@ def usage_chunk(total: int, reasoning: int | None = None) -> bytes:
     return orjson.dumps({"choices": [], "usage": usage})
 
 
-def feed_stream(m: StreamMeter, n_reason: int, n_content: int, per_chunk: int, *, t0: float,
-                ttft: float, itl: float, continuous: bool = True, field: str = "reasoning",
-                finish: str = "stop") -> float:
+def feed_stream(
+    m: StreamMeter,
+    n_reason: int,
+    n_content: int,
+    per_chunk: int,
+    *,
+    t0: float,
+    ttft: float,
+    itl: float,
+    continuous: bool = True,
+    field: str = "reasoning",
+    finish: str = "stop",
+) -> float:
     """A stream of n_reason then n_content tokens; returns the time of the last chunk."""
     now = t0
     m.feed(chunk(role=True, cum=0 if continuous else None), now)
@@ -60,9 +80,16 @@ def feed_stream(m: StreamMeter, n_reason: int, n_content: int, per_chunk: int, *
         sent += n
         now = t0 + ttft + k * itl
         k += 1
-        m.feed(chunk("r" * r_n if r_n else None, "c" * c_n if c_n else None,
-                     cum=sent if continuous else None, field=field,
-                     finish=finish if sent == total else None), now)
+        m.feed(
+            chunk(
+                "r" * r_n if r_n else None,
+                "c" * c_n if c_n else None,
+                cum=sent if continuous else None,
+                field=field,
+                finish=finish if sent == total else None,
+            ),
+            now,
+        )
     m.feed(usage_chunk(total), now)
     m.feed(b"[DONE]", now)
     return now
@@ -202,10 +229,120 @@ def test_malformed_chunks_raise(payload: bytes) -> None:
 
 def test_non_streamed_message() -> None:
     m = StreamMeter(0.0, want_text=True)
-    meter_message({"choices": [{"message": {"reasoning_content": "x" * 30, "content": "y" * 10},
-                                "finish_reason": "stop"}],
-                   "usage": {"prompt_tokens": 3, "completion_tokens": 40}}, m, 1.5)
+    meter_message(
+        {
+            "choices": [
+                {
+                    "message": {"reasoning_content": "x" * 30, "content": "y" * 10},
+                    "finish_reason": "stop",
+                }
+            ],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 40},
+        },
+        m,
+        1.5,
+    )
     r = rec()
     m.finish(r, 1.5)
     assert (r.tokens_reasoning, r.tokens_content) == (30, 10)
     assert r.e2e_s == 1.5 and r.prompt_tokens == 3 and m.done
+
+
+# -- token arrivals: known chunk times, known pairs -------------------------------------
+
+
+def test_arrivals_sample_exact_counts_every_half_second() -> None:
+    # Chunks of 2 tokens every 0.125 s from 0.25 s after the send (binary-exact times).
+    m = StreamMeter(100.0)
+    m.feed(chunk(role=True, cum=0), 100.1)
+    for k in range(16):
+        m.feed(
+            chunk("rr" if k < 8 else None, "cc" if k >= 8 else None, cum=2 * (k + 1)),
+            100.25 + 0.125 * k,
+        )
+    m.feed(usage_chunk(32), 102.2)
+    m.feed(b"[DONE]", 102.2)
+    r = RequestRecord("math", "s", "v", "m", 1000.0, 0.0)  # start_s: wall clock at t0
+    m.finish(r, 102.3)
+    assert ARRIVAL_SAMPLE_S == 0.5
+    # first chunk, then the first chunk >= 0.5 s after the last kept one, then the last
+    assert r.arrivals == [[0.25, 2], [0.75, 10], [1.25, 18], [1.75, 26], [2.125, 32]]
+    assert r.arrivals[-1][0] == r.e2e_s and r.arrivals[0][0] == r.ttft_s
+    assert r.tokens_between(990.0, 1010.0) == 32 == r.tokens_output
+    assert r.tokens_between(1000.0, 1000.25) == 2  # the first chunk, at 0.25 s
+    assert r.tokens_between(1000.0, 1000.2) == 0
+    assert r.tokens_between(1000.0, 1000.75) == 10
+    assert r.tokens_between(1000.75, 1001.0) == pytest.approx(4)  # linear from 10 to 18
+    assert r.tokens_between(1001.0, 1002.0) == pytest.approx(30 - 14)  # 26 + 6 * 0.25 / 0.375
+    assert r.tokens_between(1002.125, 1003.0) == 0
+    # windows that tile the request add up to every token
+    edges = [1000.0 + 0.1 * i for i in range(30)]
+    tiles = [r.tokens_between(a, b) for a, b in itertools.pairwise(edges)]
+    assert sum(tiles) == pytest.approx(32)
+
+
+def test_arrivals_count_tokens_announced_before_text_with_the_first_chunk() -> None:
+    m = StreamMeter(0.0)
+    m.feed(chunk(role=True, cum=3), 0.5)  # the simulator's role chunk: tokens, no text
+    m.feed(chunk(None, "abc", cum=3), 0.5)
+    m.feed(chunk(None, "de", cum=5), 1.0)
+    m.feed(chunk(None, "f", cum=6, finish="stop"), 1.25)
+    m.feed(b"[DONE]", 1.25)
+    r = rec()
+    m.finish(r, 1.5)
+    assert r.arrivals == [[0.5, 3], [1.0, 5], [1.25, 6]]
+
+
+def test_arrivals_scale_the_chunk_index_without_per_chunk_counts() -> None:
+    m = StreamMeter(0.0)
+    end = feed_stream(m, 90, 0, 3, t0=0.0, ttft=0.25, itl=0.25, continuous=False)
+    r = rec()
+    m.finish(r, end)
+    assert r.token_count_source == "usage" and r.chunks == 30
+    # chunk i (1-based) at 0.25 * i: kept every other chunk, i * 90 / 30 tokens
+    assert r.arrivals is not None
+    assert r.arrivals == [[0.25 * i, 3.0 * i] for i in range(1, 30, 2)] + [[7.5, 90]]
+    assert r.arrivals[-1][1] == r.tokens_output
+
+
+def test_arrivals_offsets_are_rounded_to_the_microsecond() -> None:
+    m = StreamMeter(0.1)
+    times = [0.1 + 1 / 3, 0.1 + 1 / 3 + 0.5 + 1 / 7, 2.0 + 1e-9]
+    for i, t in enumerate(times):
+        m.feed(chunk(None, "x", cum=i + 1), t)
+    r = rec()
+    m.finish(r, 3.0)
+    assert r.arrivals == [[0.333333, 1], [0.97619, 2], [1.9, 3]]
+
+
+def test_arrivals_of_a_failed_stream_end_at_its_last_chunk() -> None:
+    m = StreamMeter(0.0)
+    m.feed(chunk("a", cum=1), 0.25)
+    m.feed(chunk("b", cum=4), 0.5)  # the connection is lost after this
+    r = rec()
+    m.finish(r, 9.0)
+    assert r.e2e_s == 9.0
+    assert r.arrivals == [[0.25, 1], [0.5, 4]]
+
+
+def test_arrivals_of_a_non_streamed_response_are_one_pair_at_e2e() -> None:
+    m = StreamMeter(0.0, want_text=True)
+    meter_message(
+        {
+            "choices": [{"message": {"content": "y" * 10}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 40},
+        },
+        m,
+        1.5,
+    )
+    r = rec()
+    m.finish(r, 1.5)
+    assert r.arrivals == [[1.5, 40]]
+
+
+def test_no_arrivals_without_tokens() -> None:
+    m = StreamMeter(0.0)
+    m.feed(b"[DONE]", 0.5)
+    r = rec()
+    m.finish(r, 0.5)
+    assert r.arrivals is None
