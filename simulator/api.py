@@ -87,6 +87,7 @@ class ApiConfig:
     max_model_len: int
     reasoning_field: str = "reasoning"
     fixed_workload: tuple[int, int] | None = None  # (reasoning, content) tokens for every request
+    time_scale: float = 1.0  # told on /version, so results can say which clock they ran on
 
 
 def _words(words: tuple[str, ...], start: int, n: int) -> str:
@@ -454,7 +455,16 @@ class SimApi:
         elif path == "/v1/models":
             conn.respond(200, self._models())
         elif path == "/version":
-            conn.respond(200, orjson.dumps({"version": VLLM_VERSION}))
+            # vLLM's answer, plus what only the simulator knows (clients ignore extra keys)
+            conn.respond(
+                200,
+                orjson.dumps(
+                    {
+                        "version": VLLM_VERSION,
+                        "specload_simulator": {"time_scale": self.config.time_scale},
+                    }
+                ),
+            )
         elif path in ("/start_profile", "/stop_profile") and self.profiler is not None:
             if method != "POST":
                 self._405(conn)

@@ -10,11 +10,16 @@ The format (documented in docs/results.md) is plain JSON::
 
 One entry per level and category (``all`` is every request of the level);
 levels of an open-loop run carry ``request_rate`` instead of ``concurrency``.
+Export warns (stderr, one line) when the run never finalized its summary, and
+when levels are mostly truncated: more than :data:`TRUNCATED_SHARE` of their
+completed requests ended inside reasoning at max_tokens — such a baseline
+measures reasoning cut at max_tokens, not the workload's answers.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +27,7 @@ from typing import Any
 
 import orjson
 
+from specload.compare import TRUNCATED_SHARE
 from specload.errors import UsageError
 from specload.results.writer import atomic_write_bytes, dump_json, read_summary
 
@@ -68,6 +74,50 @@ def baseline_from_summary(summary: Mapping[str, Any], source: str) -> dict[str, 
     }
 
 
+def truncated_share(stats: Mapping[str, Any]) -> float | None:
+    """Completed requests that ended inside reasoning at max_tokens / completed."""
+    ratio = stats.get("reasoning_truncated_ratio")
+    if isinstance(ratio, int | float) and not isinstance(ratio, bool):
+        return float(ratio)
+    count, completed = stats.get("reasoning_truncated"), stats.get("completed")
+    if isinstance(count, int) and isinstance(completed, int) and completed > 0:
+        return count / completed
+    return None
+
+
+def truncated_levels(summary: Mapping[str, Any]) -> list[tuple[str, float]]:
+    """Exported levels where most completed requests ended inside reasoning at max_tokens."""
+    out: list[tuple[str, float]] = []
+    for level in summary.get("levels", []):
+        if not level.get("complete", True):
+            continue
+        share = truncated_share(level)
+        if share is not None and share > TRUNCATED_SHARE:
+            out.append((str(level.get("name")), share))
+    return out
+
+
+def export_warnings(summary: Mapping[str, Any], source: str) -> list[str]:
+    """One-line warnings about what a baseline from ``summary`` is worth."""
+    out: list[str] = []
+    status = summary.get("status")
+    if status == "running":
+        out.append(
+            f"{source}: the run never finalized its summary (status running: killed?); "
+            f"`specload results repair {source}` rebuilds it from requests.jsonl"
+        )
+    truncated = truncated_levels(summary)
+    if truncated:
+        complete = sum(1 for lv in summary.get("levels", []) if lv.get("complete", True))
+        names = ", ".join(f"{name} {share * 100:.0f}%" for name, share in truncated)
+        out.append(
+            f"{len(truncated)} of {complete} levels of {source} mostly truncated ({names} of "
+            "completed requests ended inside reasoning at max_tokens): this baseline measures "
+            "reasoning cut at max_tokens, not answers; raise --max-tokens"
+        )
+    return out
+
+
 def load_baseline(path: str | Path) -> dict[str, Any]:
     """Read and check a baseline file (for the exporter and tests)."""
     p = Path(path)
@@ -109,6 +159,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     summary = read_summary(args.dir)
     baseline = baseline_from_summary(summary, str(args.dir))
+    for warning in export_warnings(summary, str(args.dir)):
+        print(f"specload baseline export: warning: {warning}", file=sys.stderr)
     payload = dump_json(baseline)
     if args.out == "-":
         print(payload.decode(), end="")

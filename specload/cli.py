@@ -43,6 +43,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("run", "specload.sweep.cli", "headless sweep over concurrency levels"),
     Subcommand("compare", "specload.compare.cli", "compare result directories of variants"),
     Subcommand("baseline", "specload.baseline", "export a baseline for the exporter and alerts"),
+    Subcommand("results", "specload.results.repair", "repair a killed run's results (repair DIR)"),
     Subcommand("sim", "simulator.cli", "serve a simulated vLLM (the embedded default)"),
     Subcommand("exporter", "exporter.cli", "export vLLM variants' metrics to Prometheus"),
     Subcommand("profile", "specload.profile.cli", "capture and analyse vLLM profiler traces"),

@@ -1,4 +1,9 @@
-"""``specload compare DIR_A DIR_B [...]``: each variant against the first."""
+"""``specload compare DIR_A DIR_B [...]``: each variant against the first.
+
+Refuses killed or unfinalized runs and incomplete levels (``--allow-incomplete``),
+warns about every setup difference between the runs (``--strict``: an error), and
+writes ``comparison.md`` (plus ``comparison.json`` with ``--json``), warnings first.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,12 @@ import sys
 from pathlib import Path
 
 from specload.errors import UsageError
-from specload.results.writer import atomic_write_text, prepare_out_dir
+from specload.results.writer import (
+    atomic_write_bytes,
+    atomic_write_text,
+    dump_json,
+    prepare_out_dir,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,13 +51,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PCT",
         help="smallest difference called faster/slower (default 5 percent: run-to-run noise)",
     )
+    parser.add_argument(
+        "--min-n",
+        type=int,
+        default=None,
+        metavar="N",
+        help="fewest samples per side for an interval and a verdict (default 10)",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="runs that differ (prompts, seed, max_tokens, temperature, model, levels, "
+        "windows, time scale) are an error, not a warning",
+    )
+    parser.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="compare killed or unfinalized runs and incomplete levels (marked in the report)",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="also write comparison.json (machine-readable)"
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
 
 
 def run(args: argparse.Namespace) -> int:
     # numpy and matplotlib load only when the command runs, not for `specload --help`.
     from specload.compare.model import compare_runs, load_run  # noqa: PLC0415
-    from specload.compare.report import comparison_markdown  # noqa: PLC0415
+    from specload.compare.report import comparison_json, comparison_markdown  # noqa: PLC0415
+    from specload.compare.stats import MIN_N  # noqa: PLC0415
 
     if len(args.dirs) < 2:
         raise UsageError("compare: give at least two results directories")
@@ -57,13 +89,21 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--bootstrap: {args.bootstrap} must be at least 100")
     if args.fail_on_regression is not None and args.fail_on_regression < 0:
         raise UsageError(f"--fail-on-regression: {args.fail_on_regression} must be >= 0")
+    min_n = MIN_N if args.min_n is None else args.min_n
+    if min_n < 2:
+        raise UsageError(f"--min-n: {min_n} must be at least 2")
     runs = [load_run(d) for d in args.dirs]
     comp = compare_runs(
         runs,
         n_boot=args.bootstrap,
         confidence=args.confidence,
         min_difference=args.min_difference / 100.0,
+        min_n=min_n,
+        strict=args.strict,
+        allow_incomplete=args.allow_incomplete,
     )
+    for warning in comp.warnings:
+        print(f"specload compare: warning: {' '.join(warning.split())}", file=sys.stderr)
     text = comparison_markdown(comp)
     out = prepare_out_dir(
         Path(args.out) if args.out else Path(args.dirs[0]).resolve().parent / "comparison"
@@ -71,6 +111,9 @@ def run(args: argparse.Namespace) -> int:
     atomic_write_text(out / "comparison.md", text)
     sys.stdout.write(text)
     print(f"\ncomparison written to {out / 'comparison.md'}")
+    if args.json:
+        atomic_write_bytes(out / "comparison.json", dump_json(comparison_json(comp)))
+        print(f"comparison (JSON) written to {out / 'comparison.json'}")
     if not args.no_plots:
         from specload.compare.plots import write_comparison_plots  # noqa: PLC0415
 

@@ -1,22 +1,52 @@
-"""Comparison of result directories: per level and category, each variant against the first."""
+"""Comparison of result directories: per level and category, each variant against the first.
+
+Before any number, the runs are checked (:func:`check_runs`):
+
+- *finished*: a run whose ``summary.json`` was never finalized (``status: running``,
+  a killed run) or a compared level that is incomplete (``complete: false``) is
+  refused unless ``allow_incomplete`` (then marked in the report);
+- *comparable*: prompt set and seed, max_tokens, temperature, streaming, model,
+  levels, window lengths (warm-up, duration or request count) and the simulator's
+  time scale must match; each difference is a warning naming it (``strict``: an error).
+
+Rows: every row carries the sample size per side; below :data:`~.stats.MIN_N` on a
+side there is no interval and no verdict ("n too small"). Content measures (TTFCT)
+are not compared where more than :data:`TRUNCATED_SHARE` of either side's completed
+requests ended inside reasoning at max_tokens (their "first content token" is then
+the few requests that got that far, or none).
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from specload.compare.stats import Difference, block_length, bootstrap_difference, median
+from specload.compare import TRUNCATED_SHARE
+from specload.compare.stats import (
+    MIN_N,
+    Difference,
+    block_length,
+    bootstrap_difference,
+    estimate,
+    row_mean,
+    row_median,
+)
+from specload.durations import parse_duration
 from specload.errors import UsageError
-from specload.results.aggregate import RecordView
+from specload.load.records import RequestRecord
+from specload.results.repair import record_of
 from specload.results.writer import read_requests, read_summary
 
 ALL = "all"
 FASTER, SLOWER, SAME = "faster", "slower", "no significant difference"
+TOO_FEW = "n too small"
+TRUNCATED = "not comparable (truncated)"
+
+THROUGHPUT_BINS = 10
 
 
 @dataclass(frozen=True)
@@ -25,25 +55,33 @@ class Measure:
     title: str
     unit: str
     lower_is_better: bool
+    content: bool = False  # measured on the content channel: meaningless when truncated
+    summary_key: str | None = None  # the summary.json figure the point estimate must equal
 
 
 MEASURES = (
-    Measure("tpot", "median TPOT", "ms", True),
-    Measure("ttft", "median TTFT", "ms", True),
-    Measure("ttfct", "median TTFCT", "ms", True),
+    Measure("tpot", "median TPOT", "ms", True, summary_key="median_tpot_ms"),
+    Measure("ttft", "median TTFT", "ms", True, summary_key="median_ttft_ms"),
+    Measure("ttfct", "median TTFCT", "ms", True, content=True, summary_key="median_ttfct_ms"),
     Measure("output_throughput", "output tok/s", "tok/s", False),
 )
+_SECONDS = {"tpot": "tpot_s", "ttft": "ttft_s", "ttfct": "ttfct_s"}
 
 
 @dataclass
 class Run:
     path: Path
     summary: dict[str, Any]
-    records: list[dict[str, Any]]
+    records: list[RequestRecord]
+    label: str = ""  # how warnings name the run (the variant; the directory too if ambiguous)
 
     @property
     def variant(self) -> str:
         return str(self.summary.get("variant") or self.path.name)
+
+    @property
+    def status(self) -> str:
+        return str(self.summary.get("status") or "unknown")
 
     def level(self, name: str) -> dict[str, Any] | None:
         for level in self.summary.get("levels", []):
@@ -51,13 +89,17 @@ class Run:
                 return dict(level)
         return None
 
+    def level_names(self) -> list[str]:
+        return [str(level.get("name")) for level in self.summary.get("levels", [])]
+
 
 def load_run(path: str | Path) -> Run:
     p = Path(path)
     if not p.exists():
         raise UsageError(f"{path}: no such results directory")
     summary = read_summary(p)
-    return Run(p, summary, read_requests(p))
+    records = [record_of(raw) for raw in read_requests(p)]
+    return Run(p, summary, records, str(summary.get("variant") or p.name))
 
 
 @dataclass
@@ -67,6 +109,7 @@ class Cell:
     values: list[float | None]
     diffs: list[Difference | None]  # index 0 is None (the reference)
     verdicts: list[str | None]
+    n: list[int] = field(default_factory=list)  # samples per variant
 
 
 @dataclass
@@ -78,6 +121,10 @@ class LevelComparison:
     acceptance: list[float | None] = field(default_factory=list)
     mean_acceptance_length: list[float | None] = field(default_factory=list)
     categories: list[str] = field(default_factory=list)
+    # per variant: why this level is not a clean measurement ("incomplete", flags…)
+    marks: list[list[str]] = field(default_factory=list)
+    # per variant and category: share of completed requests truncated inside reasoning
+    truncated: list[dict[str, float | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -88,11 +135,16 @@ class Comparison:
     confidence: float
     n_boot: int
     min_difference: float
+    warnings: list[str] = field(default_factory=list)
+    statuses: list[str] = field(default_factory=list)
+    min_n: int = MIN_N
+    truncated_share: float = TRUNCATED_SHARE
 
     def regressions(self, pct: float) -> list[str]:
         """Where a variant's median TPOT is worse than the first's by more than ``pct``%.
 
-        "With confidence": the interval's lower bound is above ``pct``.
+        "With confidence": the interval's lower bound is above ``pct`` (rows without an
+        interval — too few samples — never count).
         """
         found: list[str] = []
         for level in self.levels:
@@ -100,7 +152,9 @@ class Comparison:
             if cell is None:
                 continue
             for i, diff in enumerate(cell.diffs):
-                if diff is not None and diff.ci_low * 100.0 > pct:
+                if diff is None or diff.ci_low is None or diff.ci_high is None:
+                    continue
+                if diff.ci_low * 100.0 > pct:
                     found.append(
                         f"{self.variants[i]} at {level.label}: median TPOT {diff.rel * 100:+.1f}% "
                         f"(CI {diff.ci_low * 100:+.1f}%..{diff.ci_high * 100:+.1f}%) "
@@ -116,32 +170,13 @@ def _label(level: Mapping[str, Any]) -> tuple[str, float]:
     return f"rate {rate:g}/s", rate
 
 
-THROUGHPUT_BINS = 10
+def _number(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
-def _throughput_bins(
-    records: Sequence[RecordView], duration_s: float, window_start: float | None
-) -> list[float]:
-    """Output tok/s in equal time bins of the window, by request start: their mean is the
-    level's throughput, and their spread (a slow stretch, a lucky one) is its uncertainty."""
-    if duration_s <= 0 or not records:
-        return []
-    width = duration_s / THROUGHPUT_BINS
-    bins = [0.0] * THROUGHPUT_BINS
-    start = window_start
-    if start is None:
-        start = min(float(r.raw.get("start_s") or 0.0) for r in records)
-    for r in records:
-        if not r.ok:
-            continue
-        offset = float(r.raw.get("start_s") or start) - start
-        index = min(THROUGHPUT_BINS - 1, max(0, int(offset // width)))
-        bins[index] += r.tokens_output / width
-    return bins
-
-
-def _window_start(level: Mapping[str, Any]) -> float | None:
-    text = level.get("window_started_at")
+def _timestamp(text: Any) -> float | None:
     if not text:
         return None
     try:
@@ -150,23 +185,289 @@ def _window_start(level: Mapping[str, Any]) -> float | None:
         return None
 
 
-def _samples(records: Sequence[RecordView], measure: str) -> list[float]:
+# -- checks ---------------------------------------------------------------------------------
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _seconds(value: Any) -> float | None:
+    if value is None or value == "":
+        return None
+    try:
+        return parse_duration(value)
+    except UsageError:
+        return None
+
+
+def _window(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's window lengths: warm-up seconds, then duration seconds or a request count.
+
+    From the run's options (``--warmup``, ``--duration`` — 60 s when neither it nor
+    ``--requests`` was given — ``--requests``); a summary without options: its first
+    level's ``warmup_s``, ``planned_duration_s``, ``planned_requests``.
+    """
+    options = summary.get("options") or {}
+    if not options:
+        levels = summary.get("levels") or [{}]
+        first = levels[0]
+        return {
+            "warmup": first.get("warmup_s"),
+            "duration": first.get("planned_duration_s"),
+            "requests": first.get("planned_requests"),
+        }
+    requests = options.get("requests")
+    duration = _seconds(options.get("duration"))
+    if duration is None and requests is None:
+        duration = 60.0
+    return {"warmup": _seconds(options.get("warmup")), "duration": duration, "requests": requests}
+
+
+# (what the warning calls it, how to read it from a summary)
+def _option(key: str) -> Any:
+    return lambda s: (s.get("options") or {}).get(key)
+
+
+_CHECKS: tuple[tuple[str, Any], ...] = (
+    ("prompt set", _option("prompts")),
+    ("prompt seed", _option("prompt_seed")),
+    ("max_tokens", _option("max_tokens")),
+    ("temperature", _option("temperature")),
+    ("stream", _option("stream")),
+    ("model", lambda s: s.get("model") or (s.get("options") or {}).get("model") or None),
+    ("mode", lambda s: s.get("mode")),
+    ("warm-up (s)", lambda s: _window(s)["warmup"]),
+    ("window duration (s)", lambda s: _window(s)["duration"]),
+    ("window requests", lambda s: _window(s)["requests"]),
+    ("server time scale", lambda s: s.get("server_time_scale")),
+)
+
+
+def comparability_warnings(runs: Sequence[Run]) -> list[str]:
+    """One sentence per difference between the reference run and another (none: comparable)."""
+    ref = runs[0]
+    out: list[str] = []
+    for what, read in _CHECKS:
+        want = read(ref.summary)
+        for run in runs[1:]:
+            got = read(run.summary)
+            if got != want:
+                out.append(f"{what} differs: {ref.label} {_show(want)}, {run.label} {_show(got)}")
+    ref_levels = ref.level_names()
+    for run in runs[1:]:
+        levels = run.level_names()
+        if levels != ref_levels:
+            common = [n for n in ref_levels if n in levels]
+            out.append(
+                f"levels differ: {ref.label} {','.join(ref_levels) or 'none'}, "
+                f"{run.label} {','.join(levels) or 'none'} "
+                f"(compared: {','.join(common) or 'none'})"
+            )
+    return out
+
+
+def completeness_problems(runs: Sequence[Run], level_names: Sequence[str]) -> list[str]:
+    """Why the runs are not finished measurements: killed runs, incomplete compared levels."""
+    out: list[str] = []
+    for run in runs:
+        if run.status == "running":
+            out.append(
+                f"{run.path}: summary.json was never finalized (status running: the run was "
+                f"killed or is still going); `specload results repair {run.path}` rebuilds it "
+                "from requests.jsonl"
+            )
+            continue
+        partial = [n for n in level_names if not (run.level(n) or {}).get("complete", True)]
+        if partial:
+            out.append(
+                f"{run.path}: level {', '.join(partial)} incomplete "
+                f"(status {run.status}: the run stopped inside it)"
+            )
+    return out
+
+
+def _level_marks(run: Run, level: Mapping[str, Any]) -> list[str]:
+    marks: list[str] = []
+    if run.status == "running":
+        marks.append("run not finalized")
+    if not level.get("complete", True):
+        marks.append("incomplete")
+    marks += [str(f) for f in level.get("flags") or [] if str(f) != "reasoning_truncated"]
+    return marks
+
+
+def _run_warnings(runs: Sequence[Run], level_names: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    for run in runs:
+        if run.status == "repaired":
+            was = (run.summary.get("repair") or {}).get("from_status")
+            out.append(
+                f"{run.label}: summary rebuilt from requests.jsonl by `specload results "
+                f"repair` (status repaired{f', was {was}' if was else ''}): requests in "
+                "flight when the run died are missing"
+            )
+        elif run.status not in ("complete", "running"):
+            reason = run.summary.get("stop_reason")
+            out.append(f"{run.label}: status {run.status}" + (f" ({reason})" if reason else ""))
+        for name in level_names:
+            level = run.level(name) or {}
+            for sentence in level.get("warnings") or []:
+                out.append(f"{run.label} {name}: {sentence}")
+            flags = [str(f) for f in level.get("flags") or []]
+            if flags and not level.get("warnings"):
+                out.append(f"{run.label} {name}: flagged {', '.join(flags)}")
+    return out
+
+
+# -- samples --------------------------------------------------------------------------------
+
+
+def _samples(records: Sequence[RequestRecord], measure: str) -> list[float]:
+    attr = _SECONDS[measure]
     out = []
     for r in records:
         if r.ok:
-            value = r.seconds(measure)
-            if value is not None:
-                out.append(value * 1000.0)
+            value = getattr(r, attr)
+            if value is not None and math.isfinite(value):
+                out.append(float(value) * 1000.0)
     return out
+
+
+def window_bounds(
+    level: Mapping[str, Any], records: Sequence[RequestRecord]
+) -> tuple[float, float] | None:
+    """The measured window (wall clock): ``window_start_s``..``window_end_s`` when the
+    summary has them (the sweep's own floats), else ``window_started_at``..``window_ended_at``
+    (ISO, milliseconds).
+
+    Without an end (a killed run): start + ``duration``; without a start: the first
+    request of the level's step.
+    """
+    duration = float(level.get("duration") or 0.0)
+    start = _number(level.get("window_start_s"))
+    if start is None:
+        start = _timestamp(level.get("window_started_at"))
+    if start is None:
+        starts = [r.start_s for r in records if r.step == level.get("name")]
+        if not starts:
+            return None
+        start = min(starts)
+    end = _number(level.get("window_end_s"))
+    if end is None:
+        end = _timestamp(level.get("window_ended_at"))
+    if end is None:
+        end = start + duration
+    return (start, end) if end > start else None
+
+
+def throughput_bins(
+    records: Sequence[RequestRecord], bounds: tuple[float, float] | None, duration_s: float
+) -> dict[str, list[float]]:
+    """Output tok/s in :data:`THROUGHPUT_BINS` equal time bins of the window, for
+    :data:`ALL` and per category (a category without tokens in the window: zeros).
+
+    Tokens are counted when they *arrived* (:meth:`RequestRecord.tokens_between`), from
+    every request whatever its step or outcome (a request started in the warm-up delivers
+    tokens inside the window; a failed one delivered its tokens too) — the definition of
+    ``summary.json``'s ``output_throughput``. Each bin's tokens are scaled by
+    ``THROUGHPUT_BINS / duration_s`` (the window's length, outages excluded), so the bins'
+    mean is the window's tokens / duration — the level's throughput — and their spread
+    (a slow stretch, a lucky one) its uncertainty. Empty without a window.
+    """
+    if bounds is None or duration_s <= 0:
+        return {}
+    lo, hi = bounds
+    width = (hi - lo) / THROUGHPUT_BINS
+    edges = [lo + k * width for k in range(THROUGHPUT_BINS)] + [hi]
+    scale = THROUGHPUT_BINS / duration_s
+    out: dict[str, list[float]] = {ALL: [0.0] * THROUGHPUT_BINS}
+    for r in records:
+        last = max(r.end_s, r.start_s + (r.e2e_s or 0.0))  # no token arrives after it
+        if last < lo or r.start_s > hi:
+            continue
+        total = out[ALL]
+        mine = out.setdefault(r.category, [0.0] * THROUGHPUT_BINS)
+        for k in range(THROUGHPUT_BINS):
+            if edges[k + 1] < r.start_s:
+                continue
+            if edges[k] > last:
+                break
+            tokens = r.tokens_between(edges[k], edges[k + 1]) * scale
+            total[k] += tokens
+            mine[k] += tokens
+    return out
+
+
+def truncated_share(
+    level: Mapping[str, Any], category: str, records: Sequence[RequestRecord]
+) -> float | None:
+    """Completed requests that ended inside reasoning at max_tokens / completed.
+
+    ``reasoning_truncated_ratio`` of the summary (the level, or the category), else
+    counted from the records' ``reasoning_truncated``.
+    """
+    stats = level if category == ALL else (level.get("categories") or {}).get(category) or {}
+    ratio = stats.get("reasoning_truncated_ratio")
+    if isinstance(ratio, int | float) and not isinstance(ratio, bool):
+        return float(ratio)
+    done = [r for r in records if r.ok]
+    if not done:
+        return None
+    return sum(1 for r in done if r.reasoning_truncated) / len(done)
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
 
 
 def _verdict(diff: Difference | None, lower_is_better: bool, min_difference: float) -> str | None:
     if diff is None:
         return None
+    if not diff.has_interval:
+        return TOO_FEW
     if not diff.excludes_zero or abs(diff.rel) < min_difference:
         return SAME
     worse = diff.rel > 0 if lower_is_better else diff.rel < 0
     return SLOWER if worse else FASTER
+
+
+def _labels(runs: Sequence[Run]) -> None:
+    names = [run.variant for run in runs]
+    for run in runs:
+        run.label = run.variant if names.count(run.variant) == 1 else f"{run.variant} ({run.path})"
+
+
+def check_runs(
+    runs: Sequence[Run], *, strict: bool = False, allow_incomplete: bool = False
+) -> list[str]:
+    """The warnings of a comparison before any number; raise when it must not be made."""
+    if len(runs) < 2:
+        raise UsageError("compare: give at least two results directories")
+    _labels(runs)
+    names = runs[0].level_names()
+    common = [n for n in names if all(run.level(n) is not None for run in runs[1:])]
+    if not common:
+        raise UsageError(
+            f"compare: no level in common between {', '.join(str(r.path) for r in runs)}"
+        )
+    problems = completeness_problems(runs, common)
+    if problems and not allow_incomplete:
+        raise UsageError(
+            "compare: " + "; ".join(problems) + " — refusing (--allow-incomplete compares "
+            "them anyway, marked in the report)"
+        )
+    differences = comparability_warnings(runs)
+    if differences and strict:
+        raise UsageError("compare --strict: runs not comparable: " + "; ".join(differences))
+    warnings = list(differences)
+    warnings += [f"compared anyway (--allow-incomplete): {p}" for p in problems]
+    warnings += _run_warnings(runs, common)
+    return warnings
 
 
 def compare_runs(
@@ -176,22 +477,21 @@ def compare_runs(
     confidence: float = 0.95,
     min_difference: float = 0.05,
     seed: int = 0,
+    min_n: int = MIN_N,
+    strict: bool = False,
+    allow_incomplete: bool = False,
+    truncated_limit: float = TRUNCATED_SHARE,
 ) -> Comparison:
-    if len(runs) < 2:
-        raise UsageError("compare: give at least two results directories")
-    names = [str(level.get("name")) for level in runs[0].summary.get("levels", [])]
+    warnings = check_runs(runs, strict=strict, allow_incomplete=allow_incomplete)
+    names = runs[0].level_names()
     common = [n for n in names if all(run.level(n) is not None for run in runs[1:])]
-    if not common:
-        raise UsageError(
-            f"compare: no level in common between {', '.join(str(r.path) for r in runs)}"
-        )
-    by_run: list[dict[str, list[RecordView]]] = []
-    for run in runs:
-        steps: dict[str, list[RecordView]] = {}
-        # in start order: the bootstrap resamples blocks of requests that ran together
-        for raw in sorted(run.records, key=lambda r: float(r.get("start_s") or 0.0)):
-            view = RecordView(raw)
-            steps.setdefault(view.step, []).append(view)
+    # in start order: the bootstrap resamples blocks of requests that ran together
+    ordered = [sorted(run.records, key=lambda r: r.start_s) for run in runs]
+    by_run: list[dict[str, list[RequestRecord]]] = []
+    for records in ordered:
+        steps: dict[str, list[RequestRecord]] = {}
+        for r in records:
+            steps.setdefault(r.step, []).append(r)
         by_run.append(steps)
 
     levels: list[LevelComparison] = []
@@ -204,57 +504,62 @@ def compare_runs(
         for steps in by_run:
             cats.update(r.category for r in steps.get(name, []))
         lc.categories = [ALL, *sorted(cats)]
-        for run in runs:
-            server = (run.level(name) or {}).get("server") or {}
+        infos = [run.level(name) or {} for run in runs]
+        for run, info in zip(runs, infos, strict=True):
+            server = info.get("server") or {}
             lc.acceptance.append(server.get("spec_decode_acceptance_rate"))
             lc.mean_acceptance_length.append(server.get("spec_decode_mean_acceptance_length"))
+            lc.marks.append(_level_marks(run, info))
+        bounds = [
+            window_bounds(info, steps.get(name, []))
+            for info, steps in zip(infos, by_run, strict=True)
+        ]
+        throughput = [
+            throughput_bins(records, bound, float(info.get("duration") or 0.0))
+            for records, bound, info in zip(ordered, bounds, infos, strict=True)
+        ]
+        data = _LevelData(runs, by_run, infos, name, throughput)
+        for i, steps in enumerate(by_run):
+            shares: dict[str, float | None] = {}
+            for cat in lc.categories:
+                recs = steps.get(name, [])
+                if cat != ALL:
+                    recs = [r for r in recs if r.category == cat]
+                shares[cat] = truncated_share(infos[i], cat, recs)
+            lc.truncated.append(shares)
+        truncated_cats: list[str] = []
+        truncated_sides: set[int] = set()
         for cat in lc.categories:
+            truncated_by = [
+                i for i in range(len(runs)) if (lc.truncated[i][cat] or 0.0) > truncated_limit
+            ]
             for measure in MEASURES:
-                per_run = []
-                blocks: list[int] = []
-                points: list[float | None] = []
-                for run, steps in zip(runs, by_run, strict=True):
-                    recs = steps.get(name, [])
-                    if cat != ALL:
-                        recs = [r for r in recs if r.category == cat]
-                    info = run.level(name) or {}
-                    if measure.key == "output_throughput":
-                        duration = float(info.get("duration") or 0.0)
-                        samples = _throughput_bins(recs, duration, _window_start(info))
-                        blocks.append(1)
-                        points.append(sum(samples) / len(samples) if samples else None)
-                    else:
-                        samples = _samples(recs, measure.key)
-                        users = int(info.get("concurrency") or info.get("max_concurrency") or 1)
-                        blocks.append(block_length(len(samples), users))
-                        points.append(median(samples) if samples else None)
-                    per_run.append(samples)
-                diffs: list[Difference | None] = [None]
-                for i in range(1, len(runs)):
-                    pa, pb = points[0], points[i]
-                    if pa is None or pb is None:
-                        diffs.append(None)
-                        continue
-                    stat = _mean_stat if measure.key == "output_throughput" else None
-                    kwargs: dict[str, Any] = {} if stat is None else {"stat": stat}
-                    diffs.append(
-                        bootstrap_difference(
-                            per_run[0],
-                            per_run[i],
-                            point_a=pa,
-                            point_b=pb,
-                            n_boot=n_boot,
-                            confidence=confidence,
-                            seed=seed + i,
-                            block_a=blocks[0],
-                            block_b=blocks[i],
-                            **kwargs,
-                        )
-                    )
-                verdicts = [None] + [
-                    _verdict(d, measure.lower_is_better, min_difference) for d in diffs[1:]
-                ]
-                lc.cells[(cat, measure.key)] = Cell(points, diffs, verdicts)
+                lc.cells[(cat, measure.key)] = _cell(
+                    data,
+                    cat,
+                    measure,
+                    not_comparable=measure.content and bool(truncated_by),
+                    n_boot=n_boot,
+                    confidence=confidence,
+                    seed=seed,
+                    min_n=min_n,
+                    min_difference=min_difference,
+                )
+            if truncated_by:
+                truncated_cats.append(cat)
+                truncated_sides.update(truncated_by)
+        if truncated_cats:
+            who = " and ".join(runs[i].label for i in sorted(truncated_sides))
+            cat0 = truncated_cats[0]
+            shares_text = ", ".join(
+                f"{runs[i].label} {_share(lc.truncated[i][cat0])}" for i in range(len(runs))
+            )
+            warnings.append(
+                f"{label}: TTFCT not compared ({', '.join(truncated_cats)}): more than "
+                f"{truncated_limit * 100:g}% of {who}'s completed requests ended inside "
+                f"reasoning at max_tokens ({cat0}: {shares_text}); raise --max-tokens"
+            )
+        warnings += _consistency(runs, infos, lc)
         levels.append(lc)
     return Comparison(
         [run.variant for run in runs],
@@ -263,8 +568,130 @@ def compare_runs(
         confidence,
         n_boot,
         min_difference,
+        warnings,
+        [run.status for run in runs],
+        min_n,
+        truncated_limit,
     )
 
 
-def _mean_stat(matrix: Any) -> Any:
-    return np.mean(matrix, axis=1)
+@dataclass(frozen=True)
+class _LevelData:
+    """One level's inputs, per run: its records by step, its summary, its throughput bins."""
+
+    runs: Sequence[Run]
+    by_run: Sequence[Mapping[str, list[RequestRecord]]]
+    infos: Sequence[Mapping[str, Any]]
+    name: str
+    throughput: Sequence[Mapping[str, list[float]]]  # per run: bins by category
+
+
+def _cell(
+    data: _LevelData,
+    cat: str,
+    measure: Measure,
+    *,
+    not_comparable: bool,
+    n_boot: int,
+    confidence: float,
+    seed: int,
+    min_n: int,
+    min_difference: float,
+) -> Cell:
+    per_run: list[list[float]] = []
+    blocks: list[int] = []
+    points: list[float | None] = []
+    counts: list[int] = []
+    runs, by_run, infos, name = data.runs, data.by_run, data.infos, data.name
+    throughput = measure.key == "output_throughput"
+    stat = row_mean if throughput else row_median
+    for i in range(len(runs)):
+        recs = by_run[i].get(name, [])
+        if cat != ALL:
+            recs = [r for r in recs if r.category == cat]
+        info = infos[i]
+        if throughput:
+            bins = data.throughput[i]
+            samples = list(bins.get(cat, [0.0] * THROUGHPUT_BINS)) if bins else []
+            blocks.append(1)
+            counts.append(sum(1 for r in recs if r.ok))
+        else:
+            samples = _samples(recs, measure.key)
+            users = int(info.get("concurrency") or info.get("max_concurrency") or 1)
+            blocks.append(block_length(len(samples), users))
+            counts.append(len(samples))
+        per_run.append(samples)
+        points.append(estimate(samples, stat))
+    diffs: list[Difference | None] = [None]
+    verdicts: list[str | None] = [None]
+    for i in range(1, len(runs)):
+        too_few = counts[0] < min_n or counts[i] < min_n
+        if points[0] is None or points[i] is None or points[0] == 0:
+            diffs.append(None)
+            verdicts.append(TRUNCATED if not_comparable else TOO_FEW if too_few else None)
+            continue
+        if not_comparable or too_few:
+            pa, pb = float(points[0]), float(points[i])  # type: ignore[arg-type]
+            diffs.append(Difference(pa, pb, pb / pa - 1.0, None, None, counts[0], counts[i]))
+            verdicts.append(TRUNCATED if not_comparable else TOO_FEW)
+            continue
+        diff = bootstrap_difference(
+            per_run[0],
+            per_run[i],
+            stat=stat,
+            n_boot=n_boot,
+            confidence=confidence,
+            seed=seed + i,
+            block_a=blocks[0],
+            block_b=blocks[i],
+            min_n=1 if throughput else min_n,  # the bins are always THROUGHPUT_BINS
+        )
+        if diff is not None:
+            diff = Difference(
+                diff.a,
+                diff.b,
+                diff.rel,
+                diff.ci_low,
+                diff.ci_high,
+                counts[0],
+                counts[i],
+                diff.widened,
+            )
+        diffs.append(diff)
+        verdicts.append(_verdict(diff, measure.lower_is_better, min_difference))
+    return Cell(points, diffs, verdicts, counts)
+
+
+# How far the throughput recomputed from the records may be from summary.json's: the
+# window's bounds are read back from ISO times rounded to the millisecond.
+_THROUGHPUT_TOLERANCE = 1e-3
+
+
+def _consistency(
+    runs: Sequence[Run], infos: Sequence[Mapping[str, Any]], lc: LevelComparison
+) -> list[str]:
+    """The figures recomputed from requests.jsonl must be summary.json's (one figure each)."""
+    out: list[str] = []
+    for i, run in enumerate(runs):
+        off = []
+        for measure in MEASURES:
+            cell = lc.cells.get((ALL, measure.key))
+            key = measure.summary_key or measure.key
+            if cell is None:
+                continue
+            mine, theirs = cell.values[i], _number(infos[i].get(key))
+            if mine is None or theirs is None:
+                continue
+            tolerance = 1e-9 if measure.summary_key else _THROUGHPUT_TOLERANCE
+            if not math.isclose(mine, theirs, rel_tol=tolerance, abs_tol=1e-9):
+                digits = 2 if measure.unit == "ms" else 1
+                off.append(
+                    f"{measure.title} {theirs:.{digits}f} vs {mine:.{digits}f} {measure.unit}"
+                )
+        if off:
+            out.append(
+                f"{run.label} {lc.name}: summary.json and requests.jsonl disagree "
+                f"({'; '.join(off)}); the report uses requests.jsonl — "
+                f"`specload results repair {run.path} --force` rebuilds the summary"
+            )
+    return out

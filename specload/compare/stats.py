@@ -1,12 +1,23 @@
 """Bootstrap confidence intervals for the relative difference of two variants.
 
-Point estimates are medians from :mod:`specload.histogram` (the numbers in
-``summary.json``). The interval resamples each run's requests with
-replacement (independently, a fixed seed, so the report is reproducible) and
-takes the percentiles of ``stat(B*) / stat(A*) - 1`` — the exact sample
-median of each resample (numpy's ``method="lower"``, the same definition as
-:mod:`specload.histogram`; a sketch per resample would be thousands of times
-slower for no gain).
+One estimator, one rule. A statistic is a function from a ``(rows x n)`` matrix to
+one value per row; the **point estimate is that statistic applied to the run's own
+sample** (one row) and the interval applies **the same function** to every
+resample. For per-request figures the statistic is :func:`row_median`: the value
+of rank ``floor(0.5 * (n - 1))`` in sorted order — the rule of
+:func:`specload.histogram.exact_quantile`, which ``summary.json`` uses too, so a
+run's median is one number in ``summary.md``, ``summary.json`` and
+``comparison.md``. For throughput it is the mean of the window's time bins.
+
+The interval is the percentile bootstrap of ``stat(B*) / stat(A*) - 1``: each
+run's sample resampled with replacement (independently, a fixed seed, so the
+report is reproducible), the ``alpha/2`` and ``1 - alpha/2`` quantiles of the
+ratios. A percentile interval of a statistic evaluated by the same function
+contains its estimate except in rare discrete cases (many ties, few distinct
+values, a skewed bootstrap distribution); then the interval is **extended to the
+estimate** and marked ``widened`` — extending never makes an interval exclude
+zero that did not before, so no verdict is created by it. Below :data:`MIN_N`
+samples on a side there is no interval and no verdict.
 
 Requests that ran at the same time are not independent (they shared the
 server's batches), so resampling single requests would make the interval
@@ -24,11 +35,12 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from specload.histogram import Histogram
-
 FloatArray = npt.NDArray[np.float64]
 # Statistic over resamples: (resamples x n) matrix → one value per row.
 Statistic = Callable[[FloatArray], FloatArray]
+
+# Fewest samples per side for an interval and a verdict (fewer: "n too small").
+MIN_N = 10
 
 _CHUNK_CELLS = 2_000_000  # cap the resample matrix at ~16 MB
 
@@ -38,30 +50,51 @@ class Difference:
     a: float
     b: float
     rel: float  # b / a - 1
-    ci_low: float
-    ci_high: float
+    ci_low: float | None  # None: no interval (too few samples, or a zero statistic)
+    ci_high: float | None
     n_a: int
     n_b: int
+    widened: bool = False  # the percentile interval was extended to contain ``rel``
+
+    @property
+    def has_interval(self) -> bool:
+        return self.ci_low is not None and self.ci_high is not None
 
     @property
     def excludes_zero(self) -> bool:
+        if self.ci_low is None or self.ci_high is None:
+            return False
         return self.ci_low > 0 or self.ci_high < 0
 
 
 def row_median(matrix: FloatArray) -> FloatArray:
-    result: FloatArray = np.quantile(matrix, 0.5, axis=1, method="lower")
+    """Per row, the value of rank ``floor(0.5 * (n - 1))``: :func:`exact_quantile`'s rule."""
+    n = matrix.shape[1]
+    k = (n - 1) // 2
+    result: FloatArray = np.partition(matrix, k, axis=1)[:, k]
     return result
 
 
+def row_mean(matrix: FloatArray) -> FloatArray:
+    result: FloatArray = np.mean(matrix, axis=1)
+    return result
+
+
+def estimate(values: Sequence[float], stat: Statistic = row_median) -> float | None:
+    """The point estimate: ``stat`` applied to the sample itself (``None`` when empty)."""
+    if len(values) == 0:
+        return None
+    return float(stat(np.asarray(values, dtype=np.float64)[None, :])[0])
+
+
 def median(values: Sequence[float]) -> float | None:
-    hist = Histogram()
-    hist.extend(values)
-    return hist.quantile(0.5)
+    """The exact sample median by the one rule (:func:`specload.histogram.exact_quantile`)."""
+    return estimate(values, row_median)
 
 
 def block_length(n: int, concurrency: int = 1) -> int:
     """At least the concurrency, and about n^(1/3) (the usual moving-block choice)."""
-    cube_root = round(math.pow(n, 1.0 / 3.0))
+    cube_root = round(math.pow(n, 1.0 / 3.0)) if n > 0 else 1
     return max(1, min(n, max(concurrency, cube_root)))
 
 
@@ -86,30 +119,34 @@ def bootstrap_difference(
     a: Sequence[float],
     b: Sequence[float],
     *,
-    point_a: float,
-    point_b: float,
     stat: Statistic = row_median,
     n_boot: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
     block_a: int = 1,
     block_b: int = 1,
+    min_n: int = MIN_N,
 ) -> Difference | None:
-    """``None`` when either side has no samples or a zero statistic.
+    """The relative difference ``stat(b) / stat(a) - 1`` and its interval.
 
+    ``None`` when either side has no samples or ``stat(a)`` is zero. With fewer than
+    ``min_n`` samples on a side the difference has no interval (``ci_* = None``).
     ``a`` and ``b`` in request start order; ``block_*`` as in :func:`block_length`.
     """
-    if len(a) == 0 or len(b) == 0 or point_a == 0:
+    point_a, point_b = estimate(a, stat), estimate(b, stat)
+    if point_a is None or point_b is None or point_a == 0:
         return None
+    rel = point_b / point_a - 1.0
+    if len(a) < min_n or len(b) < min_n:
+        return Difference(point_a, point_b, rel, None, None, len(a), len(b))
     rng = np.random.default_rng(seed)
-    arr_a = np.asarray(a, dtype=np.float64)
-    arr_b = np.asarray(b, dtype=np.float64)
-    boot_a = _resample(arr_a, n_boot, rng, stat, block_a)
-    boot_b = _resample(arr_b, n_boot, rng, stat, block_b)
+    boot_a = _resample(np.asarray(a, dtype=np.float64), n_boot, rng, stat, block_a)
+    boot_b = _resample(np.asarray(b, dtype=np.float64), n_boot, rng, stat, block_b)
     valid = boot_a != 0
+    if not valid.any():
+        return Difference(point_a, point_b, rel, None, None, len(a), len(b))
     ratios = boot_b[valid] / boot_a[valid] - 1.0
     alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(ratios, [alpha, 1.0 - alpha])
-    return Difference(
-        point_a, point_b, point_b / point_a - 1.0, float(low), float(high), len(a), len(b)
-    )
+    low, high = (float(x) for x in np.quantile(ratios, [alpha, 1.0 - alpha]))
+    widened = not low <= rel <= high
+    return Difference(point_a, point_b, rel, min(low, rel), max(high, rel), len(a), len(b), widened)

@@ -17,12 +17,14 @@ Records. A :class:`RequestRecord` has ``category``, ``step``, ``variant``,
 ``model``, ``start_s``/``end_s`` (wall clock; E2E ends at the last
 token-bearing chunk, as ``vllm bench serve``), ``ok``, ``error_kind``
 (``refused``, ``reset``, ``timeout``, ``http_<code>``, ``malformed``,
-``no_done``, ``protocol``), ``ttft_s``, ``ttfct_s``, ``e2e_s``, ``tpot_s``,
+``malformed_usage``, ``no_done``, ``protocol``, ``unfinished``, ``client_error``:
+:data:`specload.load.records.ERROR_KINDS`), ``ttft_s``, ``ttfct_s``, ``e2e_s``, ``tpot_s``,
 ``tokens_reasoning``, ``tokens_content``, ``tokens_output``, ``chunks``,
 ``chunks_coalesced``, ``finish_reason``, ``reasoning_truncated``,
 ``token_count_source`` (``exact`` | ``usage`` | ``tokenizer`` |
 ``chunks-estimate``), ``channel_split_source`` and per-request ITL
-histograms ``itl_token_hist`` / ``itl_chunk_hist``
+histograms ``itl_token_hist`` / ``itl_chunk_hist``, and ``arrivals`` (token arrival
+times, for window throughput)
 (:class:`specload.histogram.Histogram`).
 
 Subscribing. ``subscribe(env, cb)`` calls ``cb(record)`` on the process

@@ -28,7 +28,9 @@ from specload.histogram import ITL_BUCKETS_S, LATENCY_BUCKETS_S, BucketCounts
 from specload.load.records import ERROR_KINDS, RequestRecord
 
 #: Error classes with a fixed name (HTTP statuses are ``http_<code>``, created on use).
-FIXED_ERROR_KINDS = tuple(k for k in ERROR_KINDS if not k.startswith("http_"))
+FIXED_ERROR_KINDS = tuple(
+    k for k in ERROR_KINDS if not k.startswith("http_") and k != "unfinished"
+)
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,9 @@ class ClientMetrics:
                 itl = h["itl"]
                 for value, count in r.itl_token_hist.buckets():
                     itl.add(value, count)
+        elif r.error_kind == "unfinished":
+            # Stopped by the run, not failed by the target: its own outcome, not an error.
+            s.outcomes["unfinished"] = s.outcomes.get("unfinished", 0) + 1
         else:
             s.outcomes["failed"] += 1
             s.errors[r.error_kind or "unknown"] += 1
@@ -117,7 +122,8 @@ class ClientMetrics:
             labels=(*LABELS, "channel"),
         )
         req = CounterMetricFamily(
-            "specload_client_requests", "Requests finished, by outcome (ok, failed).",
+            "specload_client_requests",
+            "Requests finished, by outcome (ok, failed, unfinished: stopped by the run).",
             labels=(*LABELS, "outcome"),
         )
         err = CounterMetricFamily(

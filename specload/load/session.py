@@ -609,7 +609,13 @@ def detect_model(url: ServerURL, api_key: str = "") -> str:
 
 
 def fire_locust_events(environment: Any, r: RequestRecord) -> None:
-    """Locust's own stats (web UI, --csv): the request, and TTFT/TPOT per category."""
+    """Locust's own stats (web UI, --csv): the request, and TTFT/TPOT per category.
+
+    An ``unfinished`` request (its user stopped by the run) did not end: not in Locust's
+    request counts (it would be a failure of the target there), only in specload's.
+    """
+    if r.error_kind == "unfinished":
+        return
     fire = environment.events.request.fire
     exc = None if r.ok else Exception(f"{r.error_kind}: {r.error_detail or ''}".strip())
     fire(

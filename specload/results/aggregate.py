@@ -7,10 +7,11 @@ tokens that arrived inside the level's measured window.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from specload.load.aggregate import Stats
+from specload.load.aggregate import TRUNCATION_WARN_RATIO, Stats
 from specload.load.records import RequestRecord
 
 
@@ -19,6 +20,12 @@ def as_record(item: RequestRecord | Mapping[str, Any]) -> RequestRecord:
     if isinstance(item, RequestRecord):
         return item
     return RequestRecord.from_dict(dict(item))
+
+
+# A level whose users ran below this share of its concurrency is flagged ``users_short``.
+USERS_HELD_MIN_RATIO = 0.95
+# A level whose median request is longer than this share of its window is ``long_requests``.
+LONG_REQUEST_RATIO = 0.25
 
 
 class LevelAggregate:
@@ -58,6 +65,67 @@ class LevelAggregate:
         return out
 
 
+def assess_level(
+    level: LevelAggregate,
+    numbers: Mapping[str, Any],
+    *,
+    concurrency: int | None = None,
+    planned_duration_s: float | None = None,
+    lost: int = 0,
+    users_held: float | None = None,
+    users_min: int | None = None,
+) -> tuple[list[str], list[str]]:
+    """A level's ``flags`` and ``warnings`` (sentences with counts and what to change):
+    what a reader must know before trusting its numbers (docs/sweep.md)."""
+    flags: list[str] = []
+    warnings: list[str] = []
+    stats = level.all
+    ratio = numbers.get("reasoning_truncated_ratio")
+    if ratio is not None and ratio > TRUNCATION_WARN_RATIO:
+        flags.append("reasoning_truncated")
+        cats = ", ".join(sorted(stats.truncated_categories))
+        budget = stats.max_tokens_seen
+        warnings.append(
+            f"{stats.reasoning_truncated} of {stats.completed} completed requests ended "
+            f"inside reasoning at max_tokens {budget if budget is not None else '?'} "
+            f"({cats}): no answer token measured for them (TTFCT, content tokens); "
+            f"--max-tokens {stats.suggested_max_tokens()} would fit the reasoning seen"
+        )
+    if numbers.get("unfinished"):
+        flags.append("unfinished")
+        warnings.append(
+            f"{numbers['unfinished']} requests were still in flight at the drain deadline "
+            "or the stop (recorded as unfinished, with their partial tokens)"
+        )
+    if lost:
+        flags.append("lost")
+        warnings.append(
+            f"{lost} requests were lost with a worker that went missing "
+            "(their share was sent again by the other workers)"
+        )
+    if (
+        concurrency is not None
+        and users_held is not None
+        and users_held < USERS_HELD_MIN_RATIO * concurrency
+    ):
+        flags.append("users_short")
+        warnings.append(
+            f"held {users_held:.1f} users on average (minimum {users_min}), "
+            f"not {concurrency}: the level ran below its concurrency"
+        )
+    median_ms = numbers.get("median_e2el_ms")
+    if median_ms is not None and planned_duration_s:
+        median = median_ms / 1000.0
+        if median > LONG_REQUEST_RATIO * planned_duration_s:
+            flags.append("long_requests")
+            warnings.append(
+                f"the median request ({median:.1f}s) is long against the "
+                f"{planned_duration_s:g}s window: few requests per user; a window of "
+                f"{math.ceil(10 * median)}s (10 requests per user) or --requests would fit"
+            )
+    return flags, warnings
+
+
 def summarize_level(
     records: Iterable[RequestRecord | Mapping[str, Any]],
     *,
@@ -65,6 +133,8 @@ def summarize_level(
     window_start_s: float | None,
     window_end_s: float | None,
     duration_s: float,
+    concurrency: int | None = None,
+    planned_duration_s: float | None = None,
 ) -> dict[str, Any]:
     """A level's measured numbers (the keys of a ``summary.json`` level, ``categories``
     included) from records: the one definition the sweep, ``results repair`` and the
@@ -72,7 +142,8 @@ def summarize_level(
     ``requests.jsonl`` dicts) of any step — only ``step``'s count as the level's requests,
     while throughput counts every token that arrived in the window (wall clock,
     ``window_start_s``..``window_end_s``) over ``duration_s``. Without window bounds,
-    throughput is the level's completed tokens over ``duration_s``.
+    throughput is the level's completed tokens over ``duration_s``. ``flags`` and
+    ``warnings`` as :func:`assess_level` gives them from the records alone.
     """
     level = LevelAggregate()
     windowed = window_start_s is not None and window_end_s is not None
@@ -83,7 +154,11 @@ def summarize_level(
         if windowed:
             assert window_start_s is not None and window_end_s is not None
             level.add_window_tokens(record, window_start_s, window_end_s)
-    return level.result(duration_s, windowed=windowed)
+    out = level.result(duration_s, windowed=windowed)
+    out["flags"], out["warnings"] = assess_level(
+        level, out, concurrency=concurrency, planned_duration_s=planned_duration_s
+    )
+    return out
 
 
 def aggregate_records(

@@ -24,37 +24,91 @@ def level_label(level: Mapping[str, Any]) -> str:
     return f"{fmt(level.get('request_rate'), 2)}/s"
 
 
+def share(value: Any) -> str:
+    """A ratio as a percentage (``-`` when unknown)."""
+    if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return "-"
+    return f"{value * 100:.0f}%"
+
+
+def _truncated(stats: Mapping[str, Any]) -> str:
+    count = stats.get("reasoning_truncated")
+    ratio = stats.get("reasoning_truncated_ratio")
+    if ratio is None and isinstance(count, int) and stats.get("completed"):
+        ratio = count / stats["completed"]
+    if count is None:
+        return "-"
+    return f"{count} ({share(ratio)})" if ratio is not None else str(count)
+
+
+_STATUS_NOTES = {
+    "running": "the run has not finished, or was killed before finalizing this summary "
+    "(`specload results repair DIR` rebuilds it from requests.jsonl)",
+    "repaired": "rebuilt from requests.jsonl by `specload results repair` after the run was "
+    "killed; the level the run stopped in is incomplete",
+    "incomplete": "finished, but a level has unfinished or lost requests or held fewer users "
+    "than planned (see Warnings)",
+    "interrupted": "stopped early; the level it stopped in is incomplete",
+    "failed": "stopped by an error or an outage; the level it stopped in is incomplete",
+}
+
+
 def summary_markdown(summary: Mapping[str, Any]) -> str:
     load = "concurrency" if summary.get("mode", "closed") == "closed" else "request rate"
+    levels = summary.get("levels", [])
+    status = summary.get("status")
     lines = [
         f"# specload run: {summary.get('variant')}",
         "",
         f"- host: {summary.get('host')}  model: {summary.get('model')}  "
         f"server: {summary.get('server_version') or '?'}",
         f"- started {summary.get('started_at')}, ended {summary.get('ended_at') or '-'}, "
-        f"status **{summary.get('status')}**",
+        f"status **{status}**"
+        + (f" — {_STATUS_NOTES[str(status)]}" if str(status) in _STATUS_NOTES else ""),
+    ]
+    if summary.get("stop_reason"):
+        lines.append(f"- stop reason: {summary.get('stop_reason')}")
+    warnings = [
+        (level_label(level), str(w)) for level in levels for w in level.get("warnings") or []
+    ]
+    flagged = [
+        (level_label(level), ", ".join(str(f) for f in level["flags"]))
+        for level in levels
+        if level.get("flags") and not level.get("warnings")
+    ]
+    if warnings or flagged:
+        lines += ["", "## Warnings", ""]
+        lines += [f"- {load} {label}: {w}" for label, w in warnings]
+        lines += [f"- {load} {label}: flagged {f}" for label, f in flagged]
+    lines += [
         "",
         "## Levels",
         "",
-        f"| {load} | completed | failed | out tok/s | median TPOT ms | p90 TPOT ms "
+        "n: completed requests (the sample of every median); truncated: completed requests "
+        "that ended inside reasoning at max_tokens (their TTFCT is missing).",
+        "",
+        f"| {load} | n | failed | unfinished | out tok/s | median TPOT ms | p90 TPOT ms "
         "| median TTFT ms | median TTFCT ms | reasoning tok | content tok | truncated "
-        "| tok/chunk | acceptance |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| tok/chunk | acceptance | flags |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for level in summary.get("levels", []):
+    for level in levels:
         server = level.get("server") or {}
         acc = server.get("spec_decode_acceptance_rate")
         lines.append(
             f"| {level_label(level)}{'' if level.get('complete', True) else ' (partial)'} "
-            f"| {level['completed']} | {level['failed']} | {fmt(level['output_throughput'])} "
-            f"| {fmt(level['median_tpot_ms'], 2)} | {fmt(level['p90_tpot_ms'], 2)} "
-            f"| {fmt(level['median_ttft_ms'])} | {fmt(level['median_ttfct_ms'])} "
-            f"| {fmt(level['mean_reasoning_tokens'])} | {fmt(level['mean_content_tokens'])} "
-            f"| {level['reasoning_truncated']} | {fmt(level['mean_tokens_per_chunk'], 2)} "
-            f"| {fmt(acc, 3) if acc is not None else '-'} |"
+            f"| {fmt(level.get('completed'))} | {fmt(level.get('failed'))} "
+            f"| {fmt(level.get('unfinished'))} | {fmt(level.get('output_throughput'))} "
+            f"| {fmt(level.get('median_tpot_ms'), 2)} | {fmt(level.get('p90_tpot_ms'), 2)} "
+            f"| {fmt(level.get('median_ttft_ms'))} | {fmt(level.get('median_ttfct_ms'))} "
+            f"| {fmt(level.get('mean_reasoning_tokens'))} "
+            f"| {fmt(level.get('mean_content_tokens'))} "
+            f"| {_truncated(level)} | {fmt(level.get('mean_tokens_per_chunk'), 2)} "
+            f"| {fmt(acc, 3) if acc is not None else '-'} "
+            f"| {', '.join(str(f) for f in level.get('flags') or []) or '-'} |"
         )
-    lines += ["", "## Per category (median TPOT ms / output tok/s)", ""]
-    cats = sorted({c for level in summary.get("levels", []) for c in level.get("categories", {})})
+    lines += ["", "## Per category (n / median TPOT ms / output tok/s / truncated)", ""]
+    cats = sorted({c for level in levels for c in level.get("categories", {})})
     if cats:
         lines.append(f"| {load} | " + " | ".join(cats) + " |")
         lines.append("|---" * (len(cats) + 1) + "|")
@@ -62,10 +116,13 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
             cells = []
             for cat in cats:
                 c = level.get("categories", {}).get(cat)
+                if c is None:
+                    cells.append("-")
+                    continue
                 cells.append(
-                    "-"
-                    if c is None
-                    else f"{fmt(c['median_tpot_ms'], 2)} / {fmt(c['output_throughput'])}"
+                    f"{fmt(c.get('completed'))} / {fmt(c.get('median_tpot_ms'), 2)} / "
+                    f"{fmt(c.get('output_throughput'))} / "
+                    f"{share(c.get('reasoning_truncated_ratio'))}"
                 )
             lines.append(f"| {level_label(level)} | " + " | ".join(cells) + " |")
     outages = [(level, o) for level in summary.get("levels", []) for o in level.get("outages", [])]

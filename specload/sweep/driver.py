@@ -26,9 +26,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from specload.load.aggregate import TRUNCATION_WARN_RATIO
 from specload.load.records import RequestRecord
-from specload.results.aggregate import LevelAggregate
+from specload.results.aggregate import LevelAggregate, assess_level
 from specload.sweep.plan import Level, SweepPlan
 from specload.sweep.window import Outage, Window
 
@@ -38,12 +37,8 @@ log = logging.getLogger("specload.sweep")
 CONNECTION_ERRORS = frozenset({"refused", "reset", "timeout", "http_502", "http_503"})
 DRAIN_STEP = "drain"
 OUTAGE_SUFFIX = "-outage"
-# A level whose users ran below this share of its concurrency is flagged ``users_short``.
-USERS_HELD_MIN_RATIO = 0.95
 # Users are sampled from this long after a window starts (workers report every second).
 USERS_SAMPLE_DELAY_S = 1.5
-# A level whose median request is longer than this share of its window gets a warning.
-LONG_REQUEST_RATIO = 0.25
 # After the drain deadline, how long stopped requests have to report as ``unfinished``.
 ABORT_REPORT_S = 10.0
 
@@ -419,7 +414,15 @@ class SweepDriver:
             )
         numbers = state.aggregate.result(duration)
         users_held = state.users_area / state.users_time if state.users_time > 0 else None
-        flags = self.level_flags(state, numbers, users_held)
+        flags, warnings = assess_level(
+            state.aggregate,
+            numbers,
+            concurrency=level.concurrency,
+            planned_duration_s=level.duration_s,
+            lost=state.lost,
+            users_held=users_held,
+            users_min=state.users_min,
+        )
         return {
             "name": level.name,
             "concurrency": level.concurrency,
@@ -437,97 +440,18 @@ class SweepDriver:
             "lost": state.lost,
             "users_held": users_held,
             "users_min": state.users_min,
+            "window_start_s": state.window_start_wall,
+            "window_end_s": state.window_end_wall,
             "output_throughput_basis": "token_arrivals",
             "flags": flags,
-            "warnings": self.level_warnings(state, numbers, users_held),
+            "warnings": warnings,
             "outages": outages,
             "server": state.server,
         }
 
-    def level_flags(
-        self, state: LevelState, numbers: dict[str, Any], users_held: float | None
-    ) -> list[str]:
-        flags = []
-        if numbers["unfinished"]:
-            flags.append("unfinished")
-        if state.lost:
-            flags.append("lost")
-        if (
-            state.level.concurrency is not None
-            and users_held is not None
-            and users_held < USERS_HELD_MIN_RATIO * state.level.concurrency
-        ):
-            flags.append("users_short")
-        ratio = numbers.get("reasoning_truncated_ratio")
-        if ratio is not None and ratio > TRUNCATION_WARN_RATIO:
-            flags.append("reasoning_truncated")
-        if self._long_requests(state, numbers) is not None:
-            flags.append("long_requests")
-        return flags
-
-    def _long_requests(self, state: LevelState, numbers: dict[str, Any]) -> float | None:
-        """The median request (s) when it is long against the planned window, else None."""
-        median_ms = numbers.get("median_e2el_ms")
-        window = state.level.duration_s
-        if median_ms is None or window is None:
-            return None
-        median = median_ms / 1000.0
-        return median if median > LONG_REQUEST_RATIO * window else None
-
-    def level_warnings(
-        self,
-        state: LevelState,
-        numbers: dict[str, Any] | None = None,
-        users_held: float | None = None,
-    ) -> list[str]:
-        """Sentences for the people reading the level (also logged when it ends)."""
-        if numbers is None:
-            window = state.window
-            duration = window.active_s(self.clock()) if window is not None else 0.0
-            numbers = state.aggregate.result(duration)
-            users_held = state.users_area / state.users_time if state.users_time > 0 else None
-        out: list[str] = []
-        stats = state.aggregate.all
-        ratio = numbers.get("reasoning_truncated_ratio")
-        if ratio is not None and ratio > TRUNCATION_WARN_RATIO:
-            cats = ", ".join(sorted(stats.truncated_categories))
-            budget = stats.max_tokens_seen
-            suggestion = stats.suggested_max_tokens()
-            out.append(
-                f"{stats.reasoning_truncated} of {stats.completed} completed requests ended "
-                f"inside reasoning at max_tokens {budget if budget is not None else '?'} "
-                f"({cats}): no answer token measured for them (TTFCT, content tok/s); "
-                f"--max-tokens {suggestion} would fit the reasoning seen"
-            )
-        if numbers["unfinished"]:
-            out.append(
-                f"{numbers['unfinished']} requests were still in flight at the drain deadline "
-                "(recorded as unfinished, with their partial tokens)"
-            )
-        if state.lost:
-            out.append(
-                f"{state.lost} requests were lost with a worker that went missing "
-                "(their share was sent again by the other workers)"
-            )
-        level = state.level
-        if (
-            level.concurrency is not None
-            and users_held is not None
-            and users_held < USERS_HELD_MIN_RATIO * level.concurrency
-        ):
-            out.append(
-                f"held {users_held:.1f} users on average (minimum {state.users_min}), "
-                f"not {level.concurrency}: the level ran below its concurrency"
-            )
-        median = self._long_requests(state, numbers)
-        if median is not None and level.duration_s is not None:
-            fit = math.ceil(10 * median)
-            out.append(
-                f"the median request ({median:.1f}s) is long against the {level.duration_s:g}s "
-                f"window: few requests per user; a window of {fit}s (10 requests per user) "
-                "or --requests would fit"
-            )
-        return out
+    def level_warnings(self, state: LevelState) -> list[str]:
+        """The level's warnings as of now (logged when it ends)."""
+        return list(self.level_result(state)["warnings"])
 
     def summary(self) -> dict[str, Any]:
         planned = 0.0

@@ -26,6 +26,8 @@ class Ready:
     models: tuple[str, ...]
     server_version: str | None
     waited_s: float
+    # specload's simulator: its time scale (real seconds per reference second), from /version
+    time_scale: float | None = None
 
 
 def _problem(exc: Exception) -> str:
@@ -62,13 +64,22 @@ def is_refusing(url: ServerURL, timeout_s: float = 2.0) -> bool:
 
 
 def server_version(url: ServerURL, timeout_s: float = 5.0) -> str | None:
+    return version_info(url, timeout_s)[0]
+
+
+def version_info(url: ServerURL, timeout_s: float = 5.0) -> tuple[str | None, float | None]:
+    """``/version``: the server's version, and the simulator's time scale when it is one."""
     try:
         response = httpx.get(url.version, timeout=timeout_s)
         response.raise_for_status()
-        version = response.json().get("version")
+        body = response.json()
+        version = body.get("version")
+        sim = body.get("specload_simulator")
+        scale = sim.get("time_scale") if isinstance(sim, dict) else None
     except (httpx.HTTPError, ValueError, AttributeError, OSError):
-        return None
-    return str(version) if version is not None else None
+        return None, None
+    ok_scale = isinstance(scale, int | float) and not isinstance(scale, bool) and scale > 0
+    return (str(version) if version is not None else None), (float(scale) if ok_scale else None)
 
 
 def wait_ready(
@@ -91,7 +102,8 @@ def wait_ready(
         except (httpx.HTTPError, ValueError, OSError) as exc:
             problem = _problem(exc)
         else:
-            return Ready(models, server_version(url), clock() - start)
+            version, scale = version_info(url)
+            return Ready(models, version, clock() - start, scale)
         left = timeout_s - (clock() - start)
         if left <= 0:
             raise UsageError(

@@ -135,6 +135,7 @@ def run_sweep(args: argparse.Namespace, settings: SweepSettings) -> int:
                 "metrics_url": metrics_url,
                 "model": model,
                 "server_version": ready.server_version,
+                "server_time_scale": ready.time_scale,
                 "workers": args.expect_workers if args.expect_workers is not None else args.workers,
                 "options": public_options(args),
                 "ready_wait_s": ready.waited_s,

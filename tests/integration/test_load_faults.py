@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from collections import Counter
 
 import pytest
@@ -25,8 +26,9 @@ def test_every_stream_and_status_fault_is_classified(load_sim, run_locust) -> No
     kinds = Counter(r["error_kind"] for r in run.records if not r["ok"])
     for kind in ("http_500", "http_503", "http_429", "reset", "malformed", "timeout", "no_done"):
         assert kinds[kind] > 0, kinds
+    # stalled requests still in flight when Locust stops: recorded as unfinished
     assert set(kinds) <= {"http_500", "http_503", "http_429", "reset", "malformed", "timeout",
-                          "no_done"}, kinds
+                          "no_done", "unfinished"}, kinds
     ok = run.ok()
     assert len(ok) > 20
     # Good requests on connections that saw faults are still exact.
@@ -49,3 +51,19 @@ def test_refused_target_is_counted_not_fatal(run_locust) -> None:
     assert run.records and {r["error_kind"] for r in run.records} == {"refused"}
     # Back-off: a down target is not hammered in a tight loop.
     assert len(run.records) < 2 * 2 / 0.25 + 4
+
+
+def test_plain_locust_categories_add_up_to_the_step(load_sim, run_locust) -> None:
+    # Per-category output tok/s share the step's span (one definition with `specload run`):
+    # the categories add up to the step's figure, whatever each category's own span.
+    sim = load_sim(FAST)
+    run = run_locust(sim.url, users=4, seconds=3)
+    assert run.returncode == 0, run.stderr[-2000:]
+    csv_path = run.csv_prefix.parent / (run.csv_prefix.name + "_specload.csv")
+    rows = list(csv.DictReader(csv_path.read_text().splitlines()))
+    cats = [r for r in rows if r["step"] == "run" and r["category"] != "all"]
+    (whole,) = [r for r in rows if r["step"] == "run" and r["category"] == "all"]
+    assert len(cats) >= 2
+    total = sum(float(r["output_tokens_per_s"]) for r in cats)
+    assert total == pytest.approx(float(whole["output_tokens_per_s"]), abs=0.1 * len(cats))
+    assert int(whole["completed"]) == sum(int(r["completed"]) for r in cats) == len(run.ok())

@@ -53,6 +53,7 @@ def test_sweep_levels_categories_and_server_block(sweep_sim, specload_run, tmp_p
     check_schema(summary)
     assert summary["status"] == "complete" and summary["variant"] == "ngram"
     assert summary["model"] == "moonshotai/Kimi-K2.5" and summary["server_version"]
+    assert summary["server_time_scale"] == 10.0  # the simulator says so on /version
     records = read_requests(out)
     steps = {r["step"] for r in records}
     assert steps <= {"c1-warmup", "c1", "c4-warmup", "c4", "drain"}
