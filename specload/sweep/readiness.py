@@ -78,8 +78,10 @@ def version_info(url: ServerURL, timeout_s: float = 5.0) -> tuple[str | None, fl
         scale = sim.get("time_scale") if isinstance(sim, dict) else None
     except (httpx.HTTPError, ValueError, AttributeError, OSError):
         return None, None
-    ok_scale = isinstance(scale, int | float) and not isinstance(scale, bool) and scale > 0
-    return (str(version) if version is not None else None), (float(scale) if ok_scale else None)
+    time_scale = None
+    if isinstance(scale, int | float) and not isinstance(scale, bool) and scale > 0:
+        time_scale = float(scale)
+    return (str(version) if version is not None else None), time_scale
 
 
 def wait_ready(

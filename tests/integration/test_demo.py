@@ -76,8 +76,12 @@ def test_demo_tells_the_story_and_leaves_nothing_running(specload_run, tmp_path)
     for variant in ("baseline", "ngram"):
         summary = read_summary(out / variant)
         assert summary["status"] == "complete" and summary["variant"] == variant
+        # The demo's budget ends most requests inside reasoning: the truncation guard says so.
+        for level in summary["levels"]:
+            assert "reasoning_truncated" in level["flags"], level["name"]
         assert (out / variant / "tpot.png").exists()
         assert f"{out / variant}/summary.md" in text
+    assert "completed requests ended inside reasoning at max_tokens 48" in text
     assert (out / "baseline" / "baseline.json").exists()
     assert (out / "comparison" / "comparison.md").read_text().startswith("# specload comparison")
     assert f"{out / 'comparison'}/comparison.md" in text

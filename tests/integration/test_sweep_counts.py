@@ -96,7 +96,7 @@ def test_killed_worker_share_is_sent_again(sweep_sim, specload_popen, tmp_path):
         time.sleep(0.05)
     victim = _workers_of(proc.pid)[0]
     victim.kill()
-    stdout, stderr = proc.communicate(timeout=120)
+    _stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
     summary = read_summary(out)
     jsonschema.validate(summary, summary_schema())
