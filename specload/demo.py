@@ -39,6 +39,7 @@ import httpx
 
 from specload.durations import parse_duration
 from specload.errors import UsageError
+from specload.promapi import PrometheusAPI
 from specload.results.writer import atomic_write_bytes, dump_json, prepare_out_dir
 
 #: The stack's one server: it starts as ``baseline`` and is reloaded into ``ngram``.
@@ -56,43 +57,6 @@ DEFAULTS: dict[str, tuple[str, str]] = {
     "load_time": ("12s", "4s"),
     "scrape_interval": ("1s", "500ms"),
 }
-
-
-class PrometheusAPI:
-    """The few Prometheus HTTP API calls the demo makes (instant queries, rules)."""
-
-    def __init__(self, url: str, timeout_s: float = 5.0) -> None:
-        self.url = url.rstrip("/")
-        self._client = httpx.Client(timeout=timeout_s)
-
-    def close(self) -> None:
-        self._client.close()
-
-    def _get(self, path: str, params: dict[str, str]) -> Any:
-        response = self._client.get(self.url + path, params=params)
-        response.raise_for_status()
-        body = response.json()
-        if body.get("status") != "success":
-            raise httpx.HTTPError(f"{path}: {body.get('error')}")
-        return body["data"]
-
-    def query(self, expr: str, at: float | None = None) -> list[tuple[dict[str, str], float]]:
-        params = {"query": expr}
-        if at is not None:
-            params["time"] = f"{at:.3f}"
-        data = self._get("/api/v1/query", params)
-        return [(r["metric"], float(r["value"][1])) for r in data.get("result", [])]
-
-    def value(self, expr: str, at: float | None = None) -> float | None:
-        """The first sample's value (None: no series, or NaN)."""
-        result = self.query(expr, at)
-        if not result or math.isnan(result[0][1]):
-            return None
-        return result[0][1]
-
-    def alert_rules(self) -> list[dict[str, Any]]:
-        data = self._get("/api/v1/rules", {"type": "alert"})
-        return [rule for group in data.get("groups", []) for rule in group.get("rules", [])]
 
 
 @dataclass
@@ -244,7 +208,7 @@ def baseline_sweep(ctx: DemoContext) -> None:
     ctx.say(f"   specload baseline export {out} -> {ctx.baseline_file} "
             f"({len(baseline['entries'])} entries), served by the exporter")
     expr = f'specload_baseline_tpot_seconds{{variant="{SERVER}",quantile="0.5",category="all"}}'
-    seen = _wait_for(lambda: ctx.prom.query(expr), timeout_s=30)
+    seen = _wait_for(lambda: ctx.prom.samples(expr), timeout_s=30)
     levels = sorted(seen, key=lambda s: float(s[0].get("concurrency") or 0))
     ctx.say("   Prometheus has it: baseline median TPOT " + ", ".join(
         f"{v * 1000:.2f} ms at concurrency {m.get('concurrency')}" for m, v in levels))
@@ -273,7 +237,7 @@ def _serving(url: str) -> bool:
 
 def _watch_line(ctx: DemoContext, t0: float) -> tuple[str, str]:
     sel = f'{{variant="{SERVER}"}}'
-    states = ctx.prom.query(f"specload_target_state{sel} == 1")
+    states = ctx.prom.samples(f"specload_target_state{sel} == 1")
     state = states[0][0].get("state", "?") if states else "?"
     elapsed = ctx.prom.value(f"specload_target_reload_elapsed_seconds{sel}")
     progress = ctx.prom.value(f"specload_target_load_progress_ratio{sel}")
@@ -612,4 +576,4 @@ def run(args: argparse.Namespace) -> int:
     return code
 
 
-__all__ = ["STAGES", "DemoContext", "PrometheusAPI", "Stage", "add_arguments", "run"]
+__all__ = ["STAGES", "DemoContext", "Stage", "add_arguments", "run"]
