@@ -6,6 +6,11 @@ exposes two functions::
     def add_arguments(parser: argparse.ArgumentParser) -> None: ...
     def run(args: argparse.Namespace) -> int: ...
 
+The table below names each module and its one-line help, so ``specload --help``
+lists the subcommands without importing any of them (they pull in Locust,
+gevent, httpx, matplotlib…); a subcommand's module is imported when the
+subcommand is chosen, which includes its own ``--help``.
+
 Errors a user can cause raise :class:`specload.errors.UsageError`; they are
 printed as one line and exit with status 2 (argparse's own errors too).
 """
@@ -17,7 +22,7 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NoReturn, Protocol, cast
+from typing import Any, NoReturn, Protocol, cast
 
 from specload import __version__
 from specload.errors import UsageError
@@ -35,6 +40,9 @@ class Subcommand:
     name: str
     module: str
     help: str
+
+    def load(self) -> _Command:
+        return cast(_Command, importlib.import_module(self.module))
 
 
 # Order is the order shown by --help.
@@ -59,22 +67,51 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 
-def _modules() -> list[tuple[Subcommand, _Command]]:
-    return [(sub, cast(_Command, importlib.import_module(sub.module))) for sub in SUBCOMMANDS]
+class _Subcommands(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Subparsers whose arguments are added when one is chosen: only that module is imported."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._pending: dict[str, Subcommand] = {}
+
+    def add_lazy(self, sub: Subcommand) -> None:
+        self.add_parser(sub.name, help=sub.help, description=sub.help)
+        self._pending[sub.name] = sub
+
+    def load(self, name: str) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = self._name_parser_map[name]
+        sub = self._pending.pop(name, None)
+        if sub is not None:
+            mod = sub.load()
+            mod.add_arguments(parser)
+            parser.set_defaults(_run=mod.run)
+        return parser
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        if values and values[0] in self._name_parser_map:
+            self.load(values[0])
+        super().__call__(parser, namespace, values, option_string)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The whole command line; a subcommand's options are added when it is parsed."""
     parser = _Parser(
         prog=PROG,
         description="Measure whether a vLLM service variant really decodes faster.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=_Parser, action=_Subcommands
+    )
     subparsers.required = True
-    for sub, mod in _modules():
-        sp = subparsers.add_parser(sub.name, help=sub.help, description=sub.help)
-        mod.add_arguments(sp)
-        sp.set_defaults(_run=mod.run)
+    for sub in SUBCOMMANDS:
+        cast(_Subcommands, subparsers).add_lazy(sub)
     return parser
 
 

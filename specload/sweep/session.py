@@ -14,7 +14,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # ssl may already be imported by the command line
     monkey.patch_all()
 
-import argparse
 import logging
 import signal
 import time
@@ -29,11 +28,6 @@ from specload.results.report import summary_markdown
 from specload.results.writer import SUMMARY_MD_FILE, ResultsWriter
 from specload.sweep import readiness
 from specload.sweep.backend import LocustBackend
-from specload.sweep.cli import (
-    LOAD_OPTIONS,
-    public_options,
-    worker_argv,
-)
 from specload.sweep.driver import OutagePolicy, SweepDriver
 from specload.sweep.progress import Progress
 from specload.sweep.server import ServerProbe, http_scraper
@@ -57,42 +51,44 @@ def _setup_logging(out_dir: Path) -> logging.Handler:
     return handler
 
 
-def run_sweep(args: argparse.Namespace, settings: SweepSettings) -> int:
+def run_sweep(settings: SweepSettings) -> int:
+    """Run the sweep ``settings`` describe; the exit status of ``specload run``."""
     plan = settings.plan
     url = settings.url
     metrics_url = settings.metrics_url
     writer = ResultsWriter(settings.out_dir)
     log_handler = _setup_logging(writer.dir)
-    progress = Progress(args.progress)
+    progress = Progress(settings.progress)
     backend: LocustBackend | None = None
     try:
         progress.message(
-            f"specload run: variant {args.variant}, target {url.root}, "
+            f"specload run: variant {settings.variant}, target {url.root}, "
             f"{plan.mode} loop {', '.join(plan.step_names)}, results in {writer.dir}"
         )
         ready = readiness.wait_ready(
             url,
             timeout_s=settings.ready_timeout_s,
-            api_key=args.api_key or None,
+            api_key=settings.api_key or None,
             on_wait=lambda left, problem: progress.countdown(left, problem, url.root),
         )
-        model = args.model or ready.models[0]
-        args.model = model
+        # From here on the settings name the model the target serves: workers, records
+        # and summary.json all see it.
+        settings = settings.with_model(settings.model or ready.models[0])
+        model = settings.model
         progress.message(
             f"target ready after {ready.waited_s:.1f}s: model {model}, "
             f"server {ready.server_version or 'version unknown'}"
         )
-        load_options = {o.dest: getattr(args, o.dest) for o in LOAD_OPTIONS}
-        argv, env = worker_argv(args)
+        argv, env = settings.worker_argv()
         backend = LocustBackend(
             host=url.root,
-            load_options=load_options,
+            load_options=settings.load_values(),
             worker_argv=argv,
             worker_env=env,
-            workers=args.workers,
-            expect_workers=args.expect_workers,
-            master_bind_host=args.master_bind_host,
-            master_bind_port=args.master_bind_port,
+            workers=settings.workers,
+            expect_workers=settings.expect_workers,
+            master_bind_host=settings.master_bind_host,
+            master_bind_port=settings.master_bind_port,
             log_dir=writer.dir,
         )
         backend.start_workers()
@@ -107,7 +103,7 @@ def run_sweep(args: argparse.Namespace, settings: SweepSettings) -> int:
             readiness.wait_ready(
                 url,
                 timeout_s=timeout_s,
-                api_key=args.api_key or None,
+                api_key=settings.api_key or None,
                 on_wait=lambda left, problem: progress.countdown(left, problem, url.root),
             )
 
@@ -122,7 +118,7 @@ def run_sweep(args: argparse.Namespace, settings: SweepSettings) -> int:
             on_record_written=lambda r: writer.append(r.to_dict(include_histograms=True)),
             server=server_probe if metrics_url else None,
             outage=OutagePolicy(
-                mode=args.on_outage,
+                mode=settings.on_outage,
                 timeout_s=settings.outage_timeout_s,
                 is_refusing=lambda: readiness.is_refusing(url),
                 wait_ready=wait_again,
@@ -130,14 +126,18 @@ def run_sweep(args: argparse.Namespace, settings: SweepSettings) -> int:
             metadata={
                 "schema_version": 1,
                 "specload_version": __version__,
-                "variant": args.variant,
+                "variant": settings.variant,
                 "host": url.root,
                 "metrics_url": metrics_url,
                 "model": model,
                 "server_version": ready.server_version,
                 "server_time_scale": ready.time_scale,
-                "workers": args.expect_workers if args.expect_workers is not None else args.workers,
-                "options": public_options(args),
+                "workers": (
+                    settings.expect_workers
+                    if settings.expect_workers is not None
+                    else settings.workers
+                ),
+                "options": settings.public_options(),
                 "ready_wait_s": ready.waited_s,
             },
             drain_timeout_s=settings.drain_timeout_s,
@@ -151,7 +151,7 @@ def run_sweep(args: argparse.Namespace, settings: SweepSettings) -> int:
         writer.close()
         writer.write_text(SUMMARY_MD_FILE, summary_markdown(summary))
         plots: list[Path] = []
-        if not args.no_plots:
+        if settings.plots:
             from specload.results.plots import write_plots  # noqa: PLC0415 (matplotlib: slow)
 
             plots = write_plots([summary], writer.dir)

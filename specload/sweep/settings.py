@@ -1,27 +1,101 @@
-"""``specload run``'s options checked before anything starts (one-line errors, no Locust yet)."""
+"""``specload run``'s settings: every option checked and resolved before anything starts.
+
+:func:`settings_from_args` is the only reader of the command line's namespace;
+it raises one-line :class:`UsageError` s (no Locust yet) and returns a frozen
+:class:`SweepSettings`, which is all :func:`specload.sweep.session.run_sweep`
+reads.
+"""
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Literal, cast
 
 from specload.durations import parse_duration
 from specload.errors import UsageError
+from specload.load.options import validate as validate_load_options
 from specload.results.writer import prepare_out_dir
+from specload.sweep.options import LOAD_OPTIONS, worker_argv
 from specload.sweep.plan import SweepPlan, build_plan
 from specload.urls import ServerURL, parse_server_url
+
+OnOutage = Literal["wait", "fail"]
+ProgressMode = Literal["auto", "rich", "plain", "off"]
+
+# Namespace entries that are the command line's machinery, not options of the run.
+_NOT_OPTIONS = frozenset({"command"})
 
 
 @dataclass(frozen=True)
 class SweepSettings:
-    plan: SweepPlan
+    """One sweep, resolved: the target, the levels, the limits, the load and its workers."""
+
     url: ServerURL
-    metrics_url: str | None
+    metrics_url: str | None  # None: no server-side scrapes
+    plan: SweepPlan
+    out_dir: Path
     ready_timeout_s: float
+    on_outage: OnOutage
     outage_timeout_s: float
     drain_timeout_s: float
-    out_dir: Path
+    progress: ProgressMode
+    plots: bool
+    workers: int  # local worker processes; 0: one process
+    expect_workers: int | None  # workers in all (local and remote); None: ``workers``
+    master_bind_host: str
+    master_bind_port: int | None  # None: a free port
+    # The load generator's option values by dest (secrets apart), read-only.
+    load: Mapping[str, Any]
+    # The sweep's own options as given (durations as typed), for summary.json.
+    given: Mapping[str, Any]
+    # The secret load options by dest (--api-key): workers get them by environment; never
+    # shown, logged or written to the results.
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in ("load", "given", "secrets"):  # copies nobody else holds: read-only
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
+
+    @property
+    def api_key(self) -> str:
+        return self.secrets.get("api_key", "")
+
+    @property
+    def variant(self) -> str:
+        return str(self.load["variant"])
+
+    @property
+    def model(self) -> str:
+        """``--model``; empty until the readiness gate names one (:meth:`with_model`)."""
+        return str(self.load.get("model") or "")
+
+    def with_model(self, model: str) -> SweepSettings:
+        """These settings with the model the target serves (what workers and results see)."""
+        return replace(self, load={**self.load, "model": model})
+
+    def load_values(self) -> dict[str, Any]:
+        """Every load option by dest, secrets included: the options the Locust runner gets."""
+        return {o.dest: (self.secrets if o.secret else self.load).get(o.dest) for o in LOAD_OPTIONS}
+
+    def worker_argv(self) -> tuple[list[str], dict[str, str]]:
+        """Flags and environment (the secrets) for worker processes."""
+        return worker_argv(self.load_values())
+
+    def public_options(self) -> dict[str, Any]:
+        """The run's options for summary.json: every scalar option except secrets, by name."""
+        merged = {**self.given, **self.load}
+        return {
+            key: value
+            for key, value in sorted(merged.items())
+            if isinstance(value, str | int | float | bool) or value is None
+        }
 
 
 def metrics_url_of(text: str | None, url: ServerURL) -> str | None:
@@ -34,7 +108,18 @@ def metrics_url_of(text: str | None, url: ServerURL) -> str | None:
     return root if root.endswith("/metrics") else root + "/metrics"
 
 
-def settings_from_args(args: argparse.Namespace, out_dir: str) -> SweepSettings:
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
+
+
+def default_out_dir(variant: str) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    return os.path.join("results", f"{_slug(variant)}-{stamp}")
+
+
+def settings_from_args(args: argparse.Namespace) -> SweepSettings:
+    """Check every option (one-line errors naming it) and resolve them; creates ``--out``."""
+    validate_load_options(args)
     plan = build_plan(
         concurrency=args.concurrency,
         request_rate=args.request_rate,
@@ -50,12 +135,34 @@ def settings_from_args(args: argparse.Namespace, out_dir: str) -> SweepSettings:
         raise UsageError(
             f"--expect-workers: {args.expect_workers} is fewer than --workers {args.workers}"
         )
+    metrics_url = metrics_url_of(args.metrics_url, url)
+    ready_timeout_s = parse_duration(args.ready_timeout, name="--ready-timeout")
+    outage_timeout_s = parse_duration(args.outage_timeout, name="--outage-timeout")
+    drain_timeout_s = parse_duration(args.drain_timeout, name="--drain-timeout")
+    load_dests = {o.dest for o in LOAD_OPTIONS}
+    given = {
+        key: value
+        for key, value in vars(args).items()
+        if not key.startswith("_") and key not in _NOT_OPTIONS and key not in load_dests
+    }
+    load = {o.dest: getattr(args, o.dest) for o in LOAD_OPTIONS if not o.secret}
+    secrets = {o.dest: getattr(args, o.dest) for o in LOAD_OPTIONS if o.secret}
     return SweepSettings(
-        plan=plan,
         url=url,
-        metrics_url=metrics_url_of(args.metrics_url, url),
-        ready_timeout_s=parse_duration(args.ready_timeout, name="--ready-timeout"),
-        outage_timeout_s=parse_duration(args.outage_timeout, name="--outage-timeout"),
-        drain_timeout_s=parse_duration(args.drain_timeout, name="--drain-timeout"),
-        out_dir=prepare_out_dir(out_dir),
+        metrics_url=metrics_url,
+        plan=plan,
+        out_dir=prepare_out_dir(args.out or default_out_dir(args.variant)),
+        ready_timeout_s=ready_timeout_s,
+        on_outage=cast(OnOutage, args.on_outage),
+        outage_timeout_s=outage_timeout_s,
+        drain_timeout_s=drain_timeout_s,
+        progress=cast(ProgressMode, args.progress),
+        plots=not args.no_plots,
+        workers=args.workers,
+        expect_workers=args.expect_workers,
+        master_bind_host=args.master_bind_host,
+        master_bind_port=args.master_bind_port,
+        load=load,
+        given=given,
+        secrets=secrets,
     )
