@@ -7,6 +7,7 @@ Users pass ``http://h:8000``, ``http://h:8000/``, ``http://h:8000/v1`` or
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -55,9 +56,39 @@ class ServerURL:
         default = 443 if parts.scheme == "https" else 80
         return parts.hostname, parts.port or default
 
+    @property
+    def display(self) -> str:
+        """The root as shown and stored: userinfo (a password) replaced by ``***``."""
+        return redact_url(self.root)
+
     def join(self, path: str) -> str:
         """Root plus ``path`` (``/start_profile``), exactly one slash between."""
         return self.root + "/" + path.lstrip("/")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by ``***@`` (for logs, results, errors).
+
+    The authority ends at the first ``/``, ``?`` or ``#`` and the userinfo at its last
+    ``@``, as :func:`urllib.parse.urlsplit` reads it.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    ends = [i for i in (rest.find(c) for c in "/?#") if i >= 0]
+    end = min(ends) if ends else len(rest)
+    _userinfo, at, hostport = rest[:end].rpartition("@")
+    if not at:
+        return url
+    return f"{scheme}{sep}***@{hostport}{rest[end:]}"
+
+
+_USERINFO_IN_TEXT = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s@'\"]*@")
+
+
+def redact_text(text: str) -> str:
+    """Every URL's userinfo in free text (a log line, an error) replaced by ``***``."""
+    return _USERINFO_IN_TEXT.sub(r"\1***@", text)
 
 
 def parse_server_url(url: str, *, name: str = "--host") -> ServerURL:
@@ -65,15 +96,20 @@ def parse_server_url(url: str, *, name: str = "--host") -> ServerURL:
     text = url.strip()
     if "://" not in text:
         text = "http://" + text
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError(f"{name}: {url!r} is not an http(s) URL")
+    shown = repr(redact_url(url))  # never a password in an error
+    try:
+        parts = urlsplit(text)
+        hostname = parts.hostname
+    except ValueError:  # e.g. an unbalanced IPv6 bracket: "http://[::1:8000"
+        raise UsageError(f"{name}: {shown} is not a valid URL") from None
+    if parts.scheme not in ("http", "https") or not hostname:
+        raise UsageError(f"{name}: {shown} is not an http(s) URL")
     try:
         _ = parts.port
     except ValueError:
-        raise UsageError(f"{name}: {url!r} has an invalid port") from None
+        raise UsageError(f"{name}: {shown} has an invalid port") from None
     if parts.query or parts.fragment:
-        raise UsageError(f"{name}: {url!r} must not carry a query or fragment")
+        raise UsageError(f"{name}: {shown} must not carry a query or fragment")
     path = parts.path.rstrip("/")
     while path.endswith("/v1"):
         path = path[: -len("/v1")].rstrip("/")

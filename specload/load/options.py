@@ -55,13 +55,40 @@ def add_options(parser: Any) -> None:
         help="initial step label of the samples (sweeps change it)")
 
 
+# Bounds that keep a typo from becoming a run that cannot be written or never ends.
+MAX_TOKENS_LIMIT = 10_000_000  # the meter's own cap on a request's tokens
+MAX_REQUEST_TIMEOUT_S = 86_400.0
+MAX_TEMPERATURE = 100.0
+
+
+def check_api_key(key: str, *, name: str = "--api-key") -> None:
+    """A key goes in an HTTP header: printable ASCII only. The error never shows the key
+    (a trailing newline from ``$(cat keyfile)`` is the usual cause)."""
+    bad = [ch for ch in key if not 0x20 < ord(ch) < 0x7F]
+    if bad:
+        what = "a line break" if any(ch in "\r\n" for ch in bad) else (
+            "a space" if " " in bad else "a character that cannot go in an HTTP header"
+        )
+        raise UsageError(f"{name}: the key contains {what} (the key is not shown)")
+
+
 def validate(options: Any) -> None:
     """Raise :class:`UsageError` naming the option for bad values."""
     if options.max_tokens is not None and options.max_tokens < 1:
         raise UsageError(f"--max-tokens: {options.max_tokens} must be at least 1")
-    if options.request_timeout <= 0:
-        raise UsageError(f"--request-timeout: {options.request_timeout} must be positive")
-    if options.temperature is not None and options.temperature < 0:
-        raise UsageError(f"--temperature: {options.temperature} must be non-negative")
+    if options.max_tokens is not None and options.max_tokens > MAX_TOKENS_LIMIT:
+        raise UsageError(
+            f"--max-tokens: {options.max_tokens} is beyond the limit of {MAX_TOKENS_LIMIT:,}"
+        )
+    if not 0 < options.request_timeout <= MAX_REQUEST_TIMEOUT_S:
+        raise UsageError(
+            f"--request-timeout: {options.request_timeout} must be positive and at most "
+            f"{MAX_REQUEST_TIMEOUT_S:g} seconds"
+        )
+    if options.temperature is not None and not 0 <= options.temperature <= MAX_TEMPERATURE:
+        raise UsageError(
+            f"--temperature: {options.temperature} must be between 0 and {MAX_TEMPERATURE:g}"
+        )
+    check_api_key(getattr(options, "api_key", "") or "")
     if options.tokenizer and not os.path.exists(options.tokenizer):
         raise UsageError(f"--tokenizer: {options.tokenizer!r} does not exist")

@@ -32,6 +32,7 @@ from specload.sweep.driver import OutagePolicy, SweepDriver
 from specload.sweep.progress import Progress
 from specload.sweep.server import ServerProbe, http_scraper
 from specload.sweep.settings import SweepSettings
+from specload.urls import redact_text, redact_url
 
 # Exit status of `specload run` (docs/sweep.md): 0 measured; 2 bad options; 3 stopped by an
 # outage; 4 every measured request failed; 130/143 interrupted by SIGINT/SIGTERM.
@@ -40,9 +41,25 @@ EXIT_OUTAGE = 3
 EXIT_ALL_FAILED = 4
 
 
-def _setup_logging(out_dir: Path) -> logging.Handler:
+class _RedactingFormatter(logging.Formatter):
+    """run.log never holds a URL's password or the API key, whoever logged it."""
+
+    def __init__(self, fmt: str, secrets: tuple[str, ...]) -> None:
+        super().__init__(fmt)
+        self._secrets = tuple(s for s in secrets if s)
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = redact_text(super().format(record))
+        for secret in self._secrets:
+            text = text.replace(secret, "***")
+        return text
+
+
+def _setup_logging(out_dir: Path, secrets: tuple[str, ...] = ()) -> logging.Handler:
     handler = logging.FileHandler(out_dir / "run.log")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        _RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", secrets)
+    )
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
@@ -57,19 +74,19 @@ def run_sweep(settings: SweepSettings) -> int:
     url = settings.url
     metrics_url = settings.metrics_url
     writer = ResultsWriter(settings.out_dir)
-    log_handler = _setup_logging(writer.dir)
+    log_handler = _setup_logging(writer.dir, (settings.api_key or "",))
     progress = Progress(settings.progress)
     backend: LocustBackend | None = None
     try:
         progress.message(
-            f"specload run: variant {settings.variant}, target {url.root}, "
+            f"specload run: variant {settings.variant}, target {url.display}, "
             f"{plan.mode} loop {', '.join(plan.step_names)}, results in {writer.dir}"
         )
         ready = readiness.wait_ready(
             url,
             timeout_s=settings.ready_timeout_s,
             api_key=settings.api_key or None,
-            on_wait=lambda left, problem: progress.countdown(left, problem, url.root),
+            on_wait=lambda left, problem: progress.countdown(left, problem, url.display),
         )
         # From here on the settings name the model the target serves: workers, records
         # and summary.json all see it.
@@ -104,7 +121,7 @@ def run_sweep(settings: SweepSettings) -> int:
                 url,
                 timeout_s=timeout_s,
                 api_key=settings.api_key or None,
-                on_wait=lambda left, problem: progress.countdown(left, problem, url.root),
+                on_wait=lambda left, problem: progress.countdown(left, problem, url.display),
             )
 
         driver = SweepDriver(
@@ -127,8 +144,8 @@ def run_sweep(settings: SweepSettings) -> int:
                 "schema_version": 1,
                 "specload_version": __version__,
                 "variant": settings.variant,
-                "host": url.root,
-                "metrics_url": metrics_url,
+                "host": url.display,
+                "metrics_url": redact_url(metrics_url) if metrics_url else None,
                 "model": model,
                 "server_version": ready.server_version,
                 "server_time_scale": ready.time_scale,

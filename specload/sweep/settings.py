@@ -24,7 +24,7 @@ from specload.load.options import validate as validate_load_options
 from specload.results.writer import prepare_out_dir
 from specload.sweep.options import LOAD_OPTIONS, worker_argv
 from specload.sweep.plan import SweepPlan, build_plan
-from specload.urls import ServerURL, parse_server_url
+from specload.urls import ServerURL, parse_server_url, redact_url
 
 OnOutage = Literal["wait", "fail"]
 ProgressMode = Literal["auto", "rich", "plain", "off"]
@@ -91,11 +91,16 @@ class SweepSettings:
     def public_options(self) -> dict[str, Any]:
         """The run's options for summary.json: every scalar option except secrets, by name."""
         merged = {**self.given, **self.load}
-        return {
-            key: value
-            for key, value in sorted(merged.items())
-            if isinstance(value, str | int | float | bool) or value is None
-        }
+        out: dict[str, Any] = {}
+        for key, value in sorted(merged.items()):
+            if isinstance(value, str | int | float | bool) or value is None:
+                # a URL's password never reaches the results
+                url_text = key in _URL_OPTIONS and isinstance(value, str)
+                out[key] = redact_url(str(value)) if url_text else value
+        return out
+
+
+_URL_OPTIONS = frozenset({"host", "metrics_url"})
 
 
 def metrics_url_of(text: str | None, url: ServerURL) -> str | None:
