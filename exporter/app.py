@@ -29,6 +29,7 @@ from exporter.logs import close_quietly, open_log
 from exporter.poller import Poller
 from exporter.sources import FamilySource, close_source, start_source
 from exporter.target import TargetMonitor, TargetView
+from specload.redact import redact_url
 
 log = logging.getLogger("specload.exporter")
 
@@ -126,7 +127,9 @@ class Exporter:
                     "variant": v.variant,
                     "model": v.model,
                     "url": next(
-                        m.cfg.url.root for m in self.monitors if m.cfg.variant == v.variant
+                        redact_url(m.cfg.url.root)
+                        for m in self.monitors
+                        if m.cfg.variant == v.variant
                     ),
                     "up": v.up,
                     "state": v.lifecycle.state,

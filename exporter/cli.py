@@ -30,6 +30,7 @@ from exporter.config import (
 )
 from specload.durations import parse_duration
 from specload.errors import UsageError
+from specload.redact import scrub_logs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = build_config(args)
     exporter = Exporter(cfg)
+    # Whatever a library logs (httpcore's DEBUG trace quotes its exceptions), no key shows.
+    scrub_logs(s for m in exporter.monitors for s in m.secrets)
     if args.once:
         try:
             exporter.poller.once()

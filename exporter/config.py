@@ -3,6 +3,12 @@
 A bad file gives one :class:`~specload.errors.UsageError` line naming the key
 (``exporter.yaml: targets[1].url: ...``). The schema is documented in
 ``docs/exporter.md``; ``deploy/exporter.example.yaml`` is a full example.
+
+Secrets never reach an error message, ``repr`` or ``/-/targets``: an API key is
+checked when loaded (a line break or control character in it is an error that
+names the key's field, not its value), and a URL's ``user:password@`` is split off
+into :attr:`TargetConfig.userinfo` (sent as HTTP Basic auth) — the URL kept in
+:attr:`TargetConfig.url` has none.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import yaml
 
 from specload.durations import parse_duration
 from specload.errors import UsageError
+from specload.redact import MASK, redact_url, split_userinfo
 from specload.urls import ServerURL, parse_server_url
 
 DEFAULT_ADDRESS = "127.0.0.1"
@@ -25,6 +32,8 @@ DEFAULT_PORT = 9464
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 _VARIANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}\Z")
+#: What an API key may hold: visible ASCII, single spaces inside (an HTTP header value).
+_API_KEY_RE = re.compile(r"[\x21-\x7e]+(?: [\x21-\x7e]+)*\Z")
 
 
 @dataclass(frozen=True)
@@ -51,14 +60,31 @@ class LogSource:
 @dataclass(frozen=True)
 class TargetConfig:
     variant: str
-    url: ServerURL
+    url: ServerURL  # never with userinfo: safe to show
     model: str | None = None  # when set, overrides what the server reports
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     log: LogSource | None = None
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     expected_reload_s: float | None = None
     timeout_s: float | None = None  # None: derived from the poll interval
     labels: Mapping[str, str] = field(default_factory=dict)  # declared variant facts
+    # ``user:password`` from the configured URL (sent as HTTP Basic auth), kept apart.
+    userinfo: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        # A backstop for configs built in code; the loaders below name the field first.
+        if self.api_key is not None:
+            check_api_key(self.api_key, f"target {self.variant}: api_key")
+        if split_userinfo(self.url.root)[1] is not None:
+            raise UsageError(f"target {self.variant}: url must not carry user:password@")
+
+    @property
+    def request_url(self) -> ServerURL:
+        """The URL with its userinfo, for clients that take credentials from the URL."""
+        if not self.userinfo:
+            return self.url
+        scheme, sep, rest = self.url.root.partition("://")
+        return ServerURL(f"{scheme}{sep}{self.userinfo}@{rest}")
 
 
 @dataclass(frozen=True)
@@ -119,6 +145,51 @@ def _string(value: object, name: str) -> str:
     return str(value)
 
 
+def _secret_string(value: object, name: str) -> str:
+    """A string that may be secret: errors name the field and the type, never the value."""
+    if not isinstance(value, str):
+        raise UsageError(
+            f"{name}: expected a string (quote it in YAML), got {type(value).__name__} "
+            "(value not shown)"
+        )
+    if value == "":
+        raise UsageError(f"{name}: must not be empty")
+    return value
+
+
+def check_api_key(key: str, name: str) -> str:
+    """``key`` if it can go in ``Authorization: Bearer KEY``; else a one-line error without it."""
+    if _API_KEY_RE.match(key):
+        return key
+    if any(c in key for c in "\r\n"):
+        problem = "contains a line break (CR or LF; a key file's trailing newline?)"
+    elif key != key.strip():
+        problem = "starts or ends with whitespace"
+    elif any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
+        problem = "contains a control character"
+    elif not key.isascii():
+        problem = "contains non-ASCII characters"
+    else:
+        problem = "contains repeated or non-space whitespace"
+    raise UsageError(f"{name}: the API key {problem}; key not shown")
+
+
+def _target_url(value: object, name: str) -> tuple[ServerURL, str | None]:
+    """The server URL without userinfo, and the userinfo; errors never show the userinfo."""
+    raw = _secret_string(value, name).strip()
+    clean, userinfo = split_userinfo(raw)
+    try:
+        return parse_server_url(clean, name=name), userinfo or None
+    except UsageError:
+        if userinfo is not None or "@" not in raw:
+            raise  # the message shows the URL without its userinfo
+        # A URL too broken to split cleanly: show nothing before its last "@".
+        head, _, tail = raw.rpartition("@")
+        scheme, sep, _ = head.partition("://")
+        masked = f"{scheme}{sep}{MASK}@{tail}" if sep else f"{MASK}@{tail}"
+        raise UsageError(f"{name}: {masked!r} is not a valid http(s) URL") from None
+
+
 def _duration(value: object, name: str, *, allow_zero: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise UsageError(f"{name}: {value!r} is not a duration")
@@ -149,16 +220,20 @@ def _parse_target(data: object, name: str, env: Mapping[str, str]) -> TargetConf
     variant = _variant(d[vkey], f"{name}.{vkey}")
     if "url" not in d:
         raise UsageError(f"{name}.url: missing")
-    url = parse_server_url(_string(d["url"], f"{name}.url"), name=f"{name}.url")
+    url, userinfo = _target_url(d["url"], f"{name}.url")
     model = _string(d["model"], f"{name}.model") if d.get("model") is not None else None
     api_key: str | None = None
     if d.get("api_key") is not None:
-        api_key = _string(d["api_key"], f"{name}.api_key")
+        api_key = check_api_key(_secret_string(d["api_key"], f"{name}.api_key"), f"{name}.api_key")
     if d.get("api_key_env") is not None:
         var = _string(d["api_key_env"], f"{name}.api_key_env")
         if var not in env:
             raise UsageError(f"{name}.api_key_env: environment variable {var} is not set")
-        api_key = env[var]
+        api_key = check_api_key(env[var], f"{name}.api_key_env ({var})")
+    if api_key is not None and userinfo is not None:
+        raise UsageError(
+            f"{name}: the url's user:password@ and the API key both set Authorization; give one"
+        )
     log: LogSource | None = None
     if d.get("log") is not None:
         raw = d["log"]
@@ -206,6 +281,7 @@ def _parse_target(data: object, name: str, env: Mapping[str, str]) -> TargetConf
         else _duration(expected, f"{name}.expected_reload"),
         timeout_s=None if timeout is None else _duration(timeout, f"{name}.timeout"),
         labels=labels,
+        userinfo=userinfo,
     )
 
 
@@ -306,11 +382,11 @@ def parse_target_flag(text: str) -> TargetConfig:
     """``--target NAME=URL``."""
     name, sep, url = text.partition("=")
     if not sep or not name or not url:
-        raise UsageError(f"--target: {text!r} must be NAME=URL (e.g. baseline=http://h:8000)")
-    return TargetConfig(
-        variant=_variant(name, "--target"),
-        url=parse_server_url(url, name=f"--target {name}"),
-    )
+        shown = text if split_userinfo(url)[1] is None else name + "=" + redact_url(url)
+        raise UsageError(f"--target: {shown!r} must be NAME=URL (e.g. baseline=http://h:8000)")
+    variant = _variant(name, "--target")
+    server, userinfo = _target_url(url, f"--target {name}")
+    return TargetConfig(variant=variant, url=server, userinfo=userinfo)
 
 
 def merge_flags(

@@ -5,6 +5,10 @@ common schedule (every ``interval`` from the same origin), so a slow or
 hanging vLLM delays only its own view, and a Prometheus scrape never waits on
 any of them: scrapes read the latest views. :meth:`Poller.once` polls all
 targets concurrently and waits (``--once``, tests, the benchmark).
+
+Each poll has one deadline (the target's timeout from its start) for all it
+sends and reads; :meth:`Poller.stop` cancels polls under way (their sockets are
+shut down) and returns within about :data:`STOP_JOIN_S` whatever the targets do.
 """
 
 from __future__ import annotations
@@ -18,9 +22,13 @@ from dataclasses import dataclass
 
 import httpx
 
+from exporter.fetch import Deadline, PollTransport
 from exporter.target import TargetMonitor
 
 log = logging.getLogger("specload.exporter")
+
+#: How long :meth:`Poller.stop` waits for each poller thread after cancelling its poll.
+STOP_JOIN_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -70,9 +78,7 @@ class Poller:
     @staticmethod
     def _make_transport() -> httpx.BaseTransport:
         # One keep-alive connection per target; the system proxy settings do not apply.
-        return httpx.HTTPTransport(
-            limits=httpx.Limits(max_connections=2, max_keepalive_connections=1)
-        )
+        return PollTransport(max_connections=2, max_keepalive_connections=1)
 
     @property
     def stats(self) -> PollStats:
@@ -90,8 +96,9 @@ class Poller:
     def _poll(self, slot: _Slot) -> None:
         with slot.lock:
             t0, c0 = time.perf_counter(), time.thread_time()
+            deadline = Deadline.after(slot.monitor.timeout_s, self._stop)
             try:
-                slot.monitor.poll(slot.transport)
+                slot.monitor.poll(slot.transport, deadline)
             except Exception:
                 # A bug in our own code must not stop this target's thread or the exporter.
                 log.exception("polling %s failed", slot.monitor.cfg.variant)
@@ -139,11 +146,29 @@ class Poller:
     poll_now = once
 
     def stop(self) -> None:
+        """Cancel the polls under way and stop the threads, in about ``STOP_JOIN_S`` at most.
+
+        A thread still stuck after that (a connect or DNS wait the deadline bounds but
+        an abort cannot end) is a daemon: it ends with its deadline or the process.
+        """
         self._stop.set()
         for slot in self._slots:
+            abort = getattr(slot.transport, "abort", None)
+            if slot.owned and callable(abort):
+                abort()
+        until = time.monotonic() + STOP_JOIN_S
+        stuck = []
+        for slot in self._slots:
             if slot.thread is not None:
-                slot.thread.join(timeout=60)
+                slot.thread.join(timeout=max(0.0, until - time.monotonic()))
+                if slot.thread.is_alive():
+                    stuck.append(slot.monitor.cfg.variant)
                 slot.thread = None
+        if stuck:
+            log.warning("poller threads still busy at stop: %s", ", ".join(stuck))
         for slot in self._slots:
             if slot.owned:
-                slot.transport.close()
+                try:
+                    slot.transport.close()
+                except Exception as exc:  # a stuck thread may still hold a connection
+                    log.debug("closing the transport failed: %s", type(exc).__name__)

@@ -36,6 +36,7 @@ from specload.profile.capture import (
     CaptureError,
     capture,
 )
+from specload.redact import scrub, split_userinfo
 from specload.urls import ServerURL
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ class ProfileTarget:
     """One variant to profile."""
 
     variant: str
-    url: ServerURL
+    url: ServerURL = field(repr=False)  # may carry user:password@ (the capture needs it)
     trace_dir: Path
     interval_s: float | None = None  # None: only on demand
     seconds: float = 10.0
@@ -66,7 +67,7 @@ class ProfileTarget:
         p = target.profile
         if p.trace_dir is None:
             return None
-        return cls(target.variant, target.url, p.trace_dir, p.interval_s, p.seconds)
+        return cls(target.variant, target.request_url, p.trace_dir, p.interval_s, p.seconds)
 
 
 #: Runs one capture for a target; ``cancel`` is set when the exporter stops.
@@ -204,6 +205,9 @@ class ProfilingSource:
         except Exception as exc:  # a fault in one capture must not end the exporter
             reason, message = REASON_INTERNAL, f"{exc.__class__.__name__}: {exc}"
         duration = time.monotonic() - t0
+        if message:  # capture errors quote the URL: never its user:password@
+            userinfo = split_userinfo(st.target.url.root)[1] or ""
+            message = scrub(message, (userinfo, userinfo.partition(":")[2]))
         with self._lock:
             st.in_progress = False
             st.last_duration_s = duration

@@ -10,18 +10,21 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from urllib.parse import unquote
 
 import httpx
 import orjson
 
 from exporter.config import TargetConfig
-from exporter.fetch import REASONS, FetchResult, fetch
+from exporter.fetch import REASONS, Deadline, FetchResult, fetch
 from exporter.lifecycle import Lifecycle, LifecycleView
 from exporter.logs import LineSource, LogState
 from exporter.vllm_metrics import Derived, Reading, derive, extract, keep, went_backwards
 from specload.promtext import PromTextError, parse
+from specload.redact import basic_auth
 
 VERSION_MAX_BYTES = 64 * 1024
+VERSION_TRIES = 3  # polls that may ask /version after a (re)start, if it times out
 
 
 @dataclass(frozen=True)
@@ -61,13 +64,22 @@ class TargetMonitor:
         self.lifecycle = Lifecycle()
         self.errors: dict[str, int] = dict.fromkeys(REASONS, 0)
         self.headers: dict[str, str] = {}
+        secrets: list[str] = []
         if cfg.api_key:
             self.headers["Authorization"] = f"Bearer {cfg.api_key}"
+            secrets.append(cfg.api_key)
+        elif cfg.userinfo:
+            self.headers["Authorization"] = basic_auth(cfg.userinfo)
+            password = cfg.userinfo.partition(":")[2]
+            secrets += [cfg.userinfo, password, unquote(password)]
+        # Masked in every error detail (the values as sent, and what they are made of).
+        self.secrets: tuple[str, ...] = (*self.headers.values(), *secrets)
         self._prev: Reading | None = None
         self._model: str | None = cfg.model
         self._version: str | None = None
         self._version_asked = False
         self._version_for: float | None = None  # process start the version was asked for
+        self._version_tries = 0  # left for this process start (a timeout asks again)
         self._view = self._make_view(self.clock(), None, None, None, None, "")
 
     # -- polling --------------------------------------------------------------------
@@ -79,8 +91,15 @@ class TargetMonitor:
         if lines:
             self.log_state.feed(lines, self.clock())
 
-    def poll(self, transport: httpx.BaseTransport) -> None:
-        """Read the log, fetch /metrics (and /version after a start), fold it in."""
+    def poll(self, transport: httpx.BaseTransport, deadline: Deadline | None = None) -> None:
+        """Read the log, fetch /metrics (and /version after a start), fold it in.
+
+        Everything ends by ``deadline`` (default: ``timeout_s`` from now); /version
+        gets what /metrics left, and is asked again next poll if it timed out (up
+        to ``VERSION_TRIES`` polls per process start).
+        """
+        if deadline is None:
+            deadline = Deadline.after(self.timeout_s)
         self.read_log()
         result = fetch(
             transport,
@@ -88,23 +107,34 @@ class TargetMonitor:
             timeout_s=self.timeout_s,
             max_bytes=self.max_bytes,
             headers=self.headers,
+            deadline=deadline,
+            secrets=self.secrets,
         )
         reading = self.apply(result, self.clock())
-        if reading is not None and (
-            not self._version_asked or self._version_for != reading.process_start_s
-        ):
+        if reading is None:
+            return
+        if not self._version_asked or self._version_for != reading.process_start_s:
             self._version_asked = True
             self._version_for = reading.process_start_s
-            self._ask_version(transport)
+            self._version_tries = VERSION_TRIES
+        if self._version_tries > 0 and deadline.remaining() > 0 and not deadline.cancelled:
+            self._version_tries -= 1
+            if self._ask_version(transport, deadline):
+                self._version_tries = 0
 
-    def _ask_version(self, transport: httpx.BaseTransport) -> None:
+    def _ask_version(self, transport: httpx.BaseTransport, deadline: Deadline) -> bool:
+        """Ask ``GET /version``; False when the poll's deadline cut it short (ask again)."""
         res = fetch(
             transport,
             self.cfg.url.version,
             timeout_s=self.timeout_s,
             max_bytes=VERSION_MAX_BYTES,
             headers=self.headers,
+            deadline=deadline,
+            secrets=self.secrets,
         )
+        if res.reason == "timeout":
+            return False
         version = None
         if res.body is not None:
             try:
@@ -115,6 +145,7 @@ class TargetMonitor:
                 version = doc["version"][:64]
         self._version = version
         self._view = self._with_info(self._view)
+        return True
 
     def apply(self, result: FetchResult, now_s: float) -> Reading | None:
         """Fold one fetch outcome into the state; return the reading when it parsed."""

@@ -2,7 +2,9 @@
 
 Durations on the command line (``--load-time``, ``--stall-seconds``,
 ``--degrade-after``, the ``--fixed-*`` timings) are wall-clock seconds;
-``--time-scale`` divides only the cost model's step times.
+``--time-scale`` divides only the cost model's step times. Every number has
+bounds (:mod:`simulator.limits`); a value outside them, ``inf`` or ``nan`` is a
+one-line error naming the flag and the limit (exit status 2).
 """
 
 from __future__ import annotations
@@ -11,13 +13,13 @@ import argparse
 import asyncio
 import gc
 import logging
-import math
 import sys
 from pathlib import Path
 
 from simulator.costmodel import CostModel, parse_assignments
 from simulator.engine import SchedulerLimits
 from simulator.faults import FAULT_KINDS, FaultConfig, parse_fault_rates
+from simulator.limits import check_flag
 from simulator.server import FixedTiming, SimConfig, SimServer
 from simulator.variants import VARIANTS, variant_named
 from specload.durations import parse_duration
@@ -124,21 +126,20 @@ def _port(value: int, name: str, allow_zero: bool = True) -> int:
     return value
 
 
+def _duration(text: str, flag: str) -> float:
+    return check_flag(flag, parse_duration(text, name=flag), shown=text)
+
+
 def build_config(args: argparse.Namespace) -> SimConfig:
     variant = variant_named(args.variant)
     overrides = parse_assignments(args.spec, "--spec")
     if args.num_speculative_tokens is not None:
-        if args.num_speculative_tokens < 0:
-            raise UsageError(
-                f"--num-speculative-tokens {args.num_speculative_tokens}: must be >= 0"
-            )
+        check_flag("--num-speculative-tokens", args.num_speculative_tokens)
         overrides["num_speculative_tokens"] = str(args.num_speculative_tokens)
     variant = variant.with_overrides(overrides)
-    if args.tp < 1:
-        raise UsageError(f"--tp {args.tp}: must be at least 1")
+    check_flag("--tp", args.tp)
     cost = CostModel(tp=args.tp).with_overrides(parse_assignments(args.cost, "--cost"))
-    if not (math.isfinite(args.time_scale) and args.time_scale > 0):
-        raise UsageError(f"--time-scale {args.time_scale}: must be a positive number")
+    check_flag("--time-scale", args.time_scale)
     if args.reasoning_field not in ("reasoning", "reasoning_content", "both"):
         raise UsageError(
             f"--reasoning-field {args.reasoning_field!r}: use reasoning, reasoning_content or both"
@@ -155,27 +156,19 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         "kv_cache_tokens",
         "profiler_max_steps",
     ):
-        if getattr(args, name) < 1:
-            raise UsageError(
-                f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1"
-            )
-    if args.degrade_factor <= 0:
-        raise UsageError(f"--degrade-factor {args.degrade_factor}: must be > 0")
+        check_flag(f"--{name.replace('_', '-')}", getattr(args, name))
+    check_flag("--degrade-factor", args.degrade_factor)
     fixed = None
     if args.timing == "fixed":
-        if args.fixed_tokens_per_chunk < 1:
-            raise UsageError(
-                f"--fixed-tokens-per-chunk {args.fixed_tokens_per_chunk}: must be at least 1"
-            )
-        if args.fixed_reasoning_tokens < 0 or args.fixed_content_tokens < 0:
-            raise UsageError("--fixed-reasoning-tokens/--fixed-content-tokens: must be >= 0")
+        for name in ("fixed_tokens_per_chunk", "fixed_reasoning_tokens", "fixed_content_tokens"):
+            check_flag(f"--{name.replace('_', '-')}", getattr(args, name))
         if args.fixed_reasoning_tokens + args.fixed_content_tokens < 1:
             raise UsageError(
                 "--fixed-reasoning-tokens + --fixed-content-tokens: must be at least 1"
             )
         fixed = FixedTiming(
-            ttft_s=parse_duration(args.fixed_ttft, name="--fixed-ttft"),
-            itl_s=parse_duration(args.fixed_itl, name="--fixed-itl"),
+            ttft_s=_duration(args.fixed_ttft, "--fixed-ttft"),
+            itl_s=_duration(args.fixed_itl, "--fixed-itl"),
             tokens_per_chunk=args.fixed_tokens_per_chunk,
             reasoning_tokens=args.fixed_reasoning_tokens,
             content_tokens=args.fixed_content_tokens,
@@ -193,7 +186,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         model=args.model,
         time_scale=args.time_scale,
         seed=args.seed,
-        load_time_s=parse_duration(args.load_time, name="--load-time"),
+        load_time_s=_duration(args.load_time, "--load-time"),
         control_port=None
         if args.control_port is None
         else _port(args.control_port, "--control-port"),
@@ -210,12 +203,12 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         max_model_len=args.max_model_len,
         faults=FaultConfig(
             parse_fault_rates(args.fault_rate),
-            stall_seconds=parse_duration(args.stall_seconds, name="--stall-seconds"),
+            stall_seconds=_duration(args.stall_seconds, "--stall-seconds"),
         ),
         fixed=fixed,
         degrade_after_s=None
         if args.degrade_after is None
-        else parse_duration(args.degrade_after, name="--degrade-after"),
+        else _duration(args.degrade_after, "--degrade-after"),
         degrade_factor=args.degrade_factor,
         allreduce_family=args.allreduce_kernel,
         variant_overrides=overrides,

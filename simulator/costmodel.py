@@ -24,9 +24,12 @@ time, without sleeping.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from simulator.limits import COST_BOUNDS, Bound
 from specload.errors import UsageError
 
 
@@ -127,8 +130,15 @@ class CostModel:
         return StepCost(fixed, allreduce, weights, compute, attention, draft_s, experts)
 
     def with_overrides(self, overrides: dict[str, str]) -> CostModel:
-        """A copy with named parameters replaced; unknown names raise UsageError."""
-        return replace(self, **_coerce(self, overrides, "--cost"))
+        """A copy with named parameters replaced; unknown names, values that are not
+        finite or outside :data:`simulator.limits.COST_BOUNDS` raise UsageError."""
+        changed = replace(self, **_coerce(self, overrides, "--cost", COST_BOUNDS))
+        if changed.experts_per_token > changed.routed_experts:
+            raise UsageError(
+                f"--cost experts_per_token={changed.experts_per_token}: must be at most "
+                f"routed_experts ({changed.routed_experts})"
+            )
+        return changed
 
 
 @dataclass(frozen=True)
@@ -155,7 +165,11 @@ class StepCost:
         )
 
 
-def _coerce(obj: Any, overrides: dict[str, str], flag: str) -> dict[str, Any]:
+def _coerce(
+    obj: Any, overrides: dict[str, str], flag: str, bounds: Mapping[str, Bound]
+) -> dict[str, Any]:
+    """Parse ``NAME=VALUE`` overrides of ``obj``'s fields; numbers checked against ``bounds``
+    (any number at all must be finite and not negative)."""
     types = {f.name: f.type for f in fields(obj)}
     out: dict[str, Any] = {}
     for name, text in overrides.items():
@@ -178,8 +192,13 @@ def _coerce(obj: Any, overrides: dict[str, str], flag: str) -> dict[str, Any]:
             raise UsageError(
                 f"{flag} {name}={text}: not a valid {type(current).__name__}"
             ) from None
-        if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
-            raise UsageError(f"{flag} {name}={text}: must not be negative")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if name in bounds:
+                bounds[name].check(value, f"{flag} {name}={text}")
+            elif not math.isfinite(value):
+                raise UsageError(f"{flag} {name}={text}: must be a finite number")
+            elif value < 0:
+                raise UsageError(f"{flag} {name}={text}: must not be negative")
         out[name] = value
     return out
 

@@ -10,6 +10,13 @@ control port (loopback) stays up throughout:
 * ``POST /reload`` — optional JSON ``{"variant": "ngram", "load_time": 5}``;
 * ``POST /degrade`` — JSON ``{"factor": 2.0, "after": 0}``: step time x factor from
   ``after`` seconds from now (factor 1 restores).
+
+It answers loopback clients only, and not a web page they happen to be viewing: the
+``Host`` header must be ``127.0.0.1:PORT``, ``localhost:PORT`` or ``[::1]:PORT`` (a
+DNS-rebinding page sends its own name), an ``Origin`` header must be a loopback
+one, else 403; a POST must be ``Content-Type: application/json`` (which a browser
+never sends cross-site without a CORS preflight this server does not answer),
+else 415. Numbers in the bodies are bounded (:mod:`simulator.limits`), else 400.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -33,13 +41,37 @@ from simulator.driver import Degradation, FixedDriver, LagStats, SteppingDriver
 from simulator.engine import EngineCore, SchedulerLimits
 from simulator.faults import FaultConfig
 from simulator.http import HttpConnection, Request, serve
+from simulator.limits import DEGRADE_AFTER, DEGRADE_FACTOR, RELOAD_LOAD_TIME
 from simulator.metrics import EngineMetrics, cache_config_labels, process_families
 from simulator.profiler import Profiler
 from simulator.variants import Variant, variant_named
+from specload.errors import UsageError
 
 log = logging.getLogger("simulator")
 CHECKPOINT_SHARDS = 62
 BLOCK_SIZE = 64
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+
+
+def _loopback_host(host: str, port: int | None) -> bool:
+    """``Host`` names this server on loopback: ``127.0.0.1``, ``localhost`` or ``[::1]``,
+    with its port."""
+    name, sep, port_text = host.strip().lower().rpartition(":")
+    if not sep or name not in LOOPBACK_HOSTS:
+        return False
+    return port is not None and port_text == str(port)
+
+
+def _loopback_origin(origin: str) -> bool:
+    parts = urlsplit(origin.strip().lower())
+    return parts.scheme in ("http", "https") and parts.hostname in ("127.0.0.1", "localhost", "::1")
+
+
+def _number(body: dict[str, Any], key: str, default: float) -> float:
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise UsageError(f"{key}: must be a number")
+    return float(value)
 
 
 @dataclass(frozen=True)
@@ -309,6 +341,7 @@ class SimServer:
                 max_model_len=config.max_model_len,
                 reasoning_field=config.reasoning_field,
                 fixed_workload=fixed_workload,
+                time_scale=config.time_scale,
             ),
             driver=driver,
             metrics_text=self._metrics_text,
@@ -353,7 +386,28 @@ class SimServer:
             },
         }
 
+    def _control_refusal(self, req: Request) -> tuple[int, bytes] | None:
+        """Why a request is not from a loopback client's own tool (status, body), or None."""
+        if not _loopback_host(req.headers.get("host", ""), self.control_port):
+            return 403, (
+                b'{"error":"Host must be 127.0.0.1:PORT, localhost:PORT or [::1]:PORT: '
+                b'the control port answers loopback clients only"}'
+            )
+        origin = req.headers.get("origin")
+        if origin is not None and not _loopback_origin(origin):
+            return 403, b'{"error":"cross-site requests are refused (Origin is not loopback)"}'
+        if req.method == "POST":
+            ctype = req.headers.get("content-type", "").partition(";")[0].strip().lower()
+            if ctype != "application/json":
+                return 415, b'{"error":"POST bodies must be Content-Type: application/json"}'
+        return None
+
     def _control(self, req: Request, conn: HttpConnection) -> None:
+        refusal = self._control_refusal(req)
+        if refusal is not None:
+            status, message = refusal
+            conn.respond(status, message)
+            return
         try:
             body: Any = orjson.loads(req.body) if req.body.strip() else {}
         except orjson.JSONDecodeError:
@@ -368,39 +422,38 @@ class SimServer:
             conn.respond(200, b"{}")
         elif req.path == "/reload" and req.method == "POST":
             variant = body.get("variant")
-            load_time = body.get("load_time")
             try:
                 if variant is not None:
-                    variant_named(str(variant))
-                if load_time is not None and (
-                    not isinstance(load_time, int | float) or load_time < 0
-                ):
-                    raise ValueError("load_time must be a non-negative number of seconds")
-            except Exception as exc:
+                    if not isinstance(variant, str):
+                        raise UsageError("variant: must be a string")
+                    variant_named(variant)
+                load_time = None
+                if body.get("load_time") is not None:
+                    load_time = _number(body, "load_time", 0.0)
+                    RELOAD_LOAD_TIME.check(load_time, f"load_time {load_time:g}")
+            except UsageError as exc:
                 conn.respond(400, orjson.dumps({"error": str(exc)}))
                 return
-            self.request_reload(
-                None if variant is None else str(variant),
-                None if load_time is None else float(load_time),
-            )
+            self.request_reload(variant, load_time)
             conn.respond(
                 202, orjson.dumps({"state": "loading", "variant": variant or self.variant.name})
             )
         elif req.path == "/degrade" and req.method == "POST":
-            factor = body.get("factor", 1.0)
-            after = body.get("after", 0.0)
-            if (
-                not isinstance(factor, int | float)
-                or factor <= 0
-                or not isinstance(after, int | float)
-                or after < 0
-            ):
-                conn.respond(400, b'{"error":"factor must be > 0 and after >= 0 (seconds)"}')
+            try:
+                factor = _number(body, "factor", 1.0)
+                after = _number(body, "after", 0.0)
+                DEGRADE_FACTOR.check(factor, f"factor {factor:g}")
+                DEGRADE_AFTER.check(after, f"after {after:g}")
+            except UsageError as exc:
+                conn.respond(400, orjson.dumps({"error": str(exc)}))
                 return
             now = time.monotonic()
-            self.degradation.factor = float(factor)
-            self.degradation.active_from = now + float(after)
-            conn.respond(200, orjson.dumps({"factor": factor, "after": after}))
+            self.degradation.factor = factor
+            self.degradation.active_from = now + after
+            conn.respond(
+                200,
+                orjson.dumps({"factor": body.get("factor", 1.0), "after": body.get("after", 0.0)}),
+            )
         else:
             conn.respond(404, b'{"error":"not found"}')
 

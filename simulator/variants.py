@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 import orjson
 
 from simulator.costmodel import _coerce
+from simulator.limits import PROBABILITY, SPEC_BOUNDS, SPEC_METHODS
 from simulator.workload import CATEGORIES
 from specload.errors import UsageError
 
@@ -95,8 +96,18 @@ class Variant:
         return orjson.dumps(config).decode()
 
     def with_overrides(self, overrides: dict[str, str]) -> Variant:
+        """A copy with ``--spec`` overrides; bounds in :data:`simulator.limits.SPEC_BOUNDS`."""
         scalar = {k: v for k, v in overrides.items() if k not in ("acceptance", "proposal_rate")}
-        changed = replace(self, **_coerce(self, scalar, "--spec"))
+        if "method" in scalar and scalar["method"] not in SPEC_METHODS:
+            raise UsageError(
+                f"--spec method={scalar['method']}: must be one of {', '.join(SPEC_METHODS)}"
+            )
+        changed = replace(self, **_coerce(self, scalar, "--spec", SPEC_BOUNDS))
+        if changed.prompt_lookup_min > changed.prompt_lookup_max:
+            raise UsageError(
+                f"--spec prompt_lookup_min={changed.prompt_lookup_min}: must be at most "
+                f"prompt_lookup_max ({changed.prompt_lookup_max})"
+            )
         if "acceptance" in overrides:
             acceptance = _per_category("acceptance", overrides["acceptance"])
             changed = replace(changed, acceptance={**changed.acceptance, **acceptance})
@@ -111,12 +122,13 @@ def _per_category(name: str, text: str) -> dict[str, float]:
     out: dict[str, float] = {}
     try:
         if ":" not in text:
-            return dict.fromkeys(CATEGORIES, float(text))
+            value = PROBABILITY.check(float(text), f"--spec {name}={text}")
+            return dict.fromkeys(CATEGORIES, value)
         for part in text.split(","):
-            cat, _, value = part.partition(":")
+            cat, _, value_text = part.partition(":")
             if cat.strip() not in CATEGORIES:
                 raise UsageError(f"--spec {name}: unknown category {cat.strip()!r}")
-            out[cat.strip()] = float(value)
+            out[cat.strip()] = PROBABILITY.check(float(value_text), f"--spec {name}={text}")
     except ValueError:
         raise UsageError(f"--spec {name}={text}: expected a number or CATEGORY:NUMBER,…") from None
     return out

@@ -7,11 +7,18 @@ Users pass ``http://h:8000``, ``http://h:8000/``, ``http://h:8000/v1`` or
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
 from specload.errors import UsageError
+from specload.redact import redact_url, scrub
+
+__all__ = ["ServerURL", "parse_server_url", "redact_text", "redact_url"]
+
+
+def redact_text(text: str) -> str:
+    """Every URL's userinfo in free text (a log line, an error) replaced by ``***``."""
+    return scrub(text)
 
 
 @dataclass(frozen=True)
@@ -64,31 +71,6 @@ class ServerURL:
     def join(self, path: str) -> str:
         """Root plus ``path`` (``/start_profile``), exactly one slash between."""
         return self.root + "/" + path.lstrip("/")
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any ``user:password@`` replaced by ``***@`` (for logs, results, errors).
-
-    The authority ends at the first ``/``, ``?`` or ``#`` and the userinfo at its last
-    ``@``, as :func:`urllib.parse.urlsplit` reads it.
-    """
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        scheme, rest = "", url
-    ends = [i for i in (rest.find(c) for c in "/?#") if i >= 0]
-    end = min(ends) if ends else len(rest)
-    _userinfo, at, hostport = rest[:end].rpartition("@")
-    if not at:
-        return url
-    return f"{scheme}{sep}***@{hostport}{rest[end:]}"
-
-
-_USERINFO_IN_TEXT = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s@'\"]*@")
-
-
-def redact_text(text: str) -> str:
-    """Every URL's userinfo in free text (a log line, an error) replaced by ``***``."""
-    return _USERINFO_IN_TEXT.sub(r"\1***@", text)
 
 
 def parse_server_url(url: str, *, name: str = "--host") -> ServerURL:

@@ -24,6 +24,7 @@ from typing import Any
 import gevent
 
 from specload import __version__
+from specload.redact import ScrubFilter
 from specload.results.report import summary_markdown
 from specload.results.writer import SUMMARY_MD_FILE, ResultsWriter
 from specload.sweep import readiness
@@ -32,7 +33,7 @@ from specload.sweep.driver import OutagePolicy, SweepDriver
 from specload.sweep.progress import Progress
 from specload.sweep.server import ServerProbe, http_scraper
 from specload.sweep.settings import SweepSettings
-from specload.urls import redact_text, redact_url
+from specload.urls import redact_url
 
 # Exit status of `specload run` (docs/sweep.md): 0 measured; 2 bad options; 3 stopped by an
 # outage; 4 every measured request failed; 130/143 interrupted by SIGINT/SIGTERM.
@@ -41,25 +42,11 @@ EXIT_OUTAGE = 3
 EXIT_ALL_FAILED = 4
 
 
-class _RedactingFormatter(logging.Formatter):
-    """run.log never holds a URL's password or the API key, whoever logged it."""
-
-    def __init__(self, fmt: str, secrets: tuple[str, ...]) -> None:
-        super().__init__(fmt)
-        self._secrets = tuple(s for s in secrets if s)
-
-    def format(self, record: logging.LogRecord) -> str:
-        text = redact_text(super().format(record))
-        for secret in self._secrets:
-            text = text.replace(secret, "***")
-        return text
-
-
 def _setup_logging(out_dir: Path, secrets: tuple[str, ...] = ()) -> logging.Handler:
     handler = logging.FileHandler(out_dir / "run.log")
-    handler.setFormatter(
-        _RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", secrets)
-    )
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # run.log never holds a URL's password or the API key, whoever logged it
+    handler.addFilter(ScrubFilter(secrets))
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)

@@ -75,6 +75,18 @@ def _slow(h: socketserver.StreamRequestHandler) -> None:
         pass
 
 
+def _trickle(h: socketserver.StreamRequestHandler) -> None:
+    """The response head a byte every 20 ms, for minutes: each read is quick (httpx's
+    per-read timeout restarts on every byte), only the poll's deadline ends it."""
+    try:
+        for byte in b"HTTP/1.1 200 OK\r\nX-Padding: " + b"a" * 100_000:
+            h.wfile.write(bytes([byte]))
+            h.wfile.flush()
+            time.sleep(0.02)
+    except OSError:
+        pass
+
+
 def _hang(h: socketserver.StreamRequestHandler) -> None:
     """Accept, read the request, answer nothing until the client gives up."""
     h.connection.settimeout(30)
@@ -109,6 +121,7 @@ def fault_servers() -> Iterator[dict[str, str]]:
         "huge": serve(_huge),
         "hang": serve(_hang),
         "slow": serve(_slow),
+        "trickle": serve(_trickle),
     }
     urls = {k: f"http://127.0.0.1:{s.server_address[1]}" for k, s in servers.items()}
     urls["refused"] = f"http://127.0.0.1:{free_port()}"
@@ -122,6 +135,7 @@ EXPECTED = {
     "refused": "refused",
     "hang": "timeout",
     "slow": "timeout",
+    "trickle": "timeout",
     "http500": "http_5xx",
     "malformed": "malformed",
     "huge": "too_large",

@@ -63,3 +63,60 @@ def test_overrides_apply() -> None:
         "SpeculativeConfig(method='ngram', model=None, num_spec_tokens=5)"
     )
     assert PRESETS["baseline"].speculative_config() == "None"
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--cost", "step_fixed_s=inf"], "--cost step_fixed_s=inf: must be a number in [0, 10]"),
+        (["--cost", "step_fixed_s=nan"], "--cost step_fixed_s=nan: must be a number in [0, 10]"),
+        (["--cost", "compute_s_per_token=1e308"], "in [0, 10] (seconds)"),
+        (["--cost", "memory_bandwidth_Bps=0"], "memory_bandwidth_Bps=0: must be a number in (0,"),
+        (["--cost", "allreduce_bus_Bps=inf"], "allreduce_bus_Bps=inf"),
+        (["--cost", "tp=100000"], "--cost tp=100000: must be an integer in [1, 1024]"),
+        (["--cost", "experts_per_token=500"], "at most routed_experts (384)"),
+        (["--spec", "acceptance=2"], "--spec acceptance=2: must be a number in [0, 1]"),
+        (["--spec", "acceptance=nan"], "--spec acceptance=nan: must be a number in [0, 1]"),
+        (["--spec", "acceptance=coding:inf"], "--spec acceptance=coding:inf: must be"),
+        (["--spec", "proposal_rate=math:1.5"], "--spec proposal_rate=math:1.5: must be"),
+        (["--variant", "ngram", "--spec", "num_speculative_tokens=100000"],
+         "--spec num_speculative_tokens=100000: must be an integer in [0, 32]"),
+        (["--num-speculative-tokens", "100000"],
+         "--num-speculative-tokens 100000: must be an integer in [0, 32]"),
+        (["--num-speculative-tokens", "-1"], "--num-speculative-tokens -1"),
+        (["--spec", "acceptance_decay=inf"], "--spec acceptance_decay=inf: must be"),
+        (["--spec", "acceptance_decay=1.5"], "in [0, 1]"),
+        (["--spec", "draft_step_s=nan"], "--spec draft_step_s=nan"),
+        (["--spec", "prompt_lookup_min=9"], "at most prompt_lookup_max (4)"),
+        (["--spec", "method=medusa"], "--spec method=medusa: must be one of ngram, eagle3"),
+        (["--load-time", "1e308"], "--load-time 1e308: must be a number in [0, 86400]"),
+        (["--stall-seconds", "1e308"], "--stall-seconds 1e308: must be"),
+        (["--degrade-after", "1e9"], "--degrade-after 1e9: must be"),
+        (["--degrade-factor", "nan"], "--degrade-factor nan: must be a number in (0, 1000]"),
+        (["--degrade-factor", "inf"], "--degrade-factor inf"),
+        (["--time-scale", "1e308"], "--time-scale 1e+308: must be a number in (0, 10000]"),
+        (["--time-scale", "nan"], "--time-scale nan"),
+        (["--tp", "100000"], "--tp 100000: must be an integer in [1, 1024]"),
+        (["--max-model-len", "1000000000000"], "--max-model-len 1000000000000: must be"),
+        (["--kv-cache-tokens", "1000000000000000"], "--kv-cache-tokens"),
+        (["--timing", "fixed", "--fixed-itl", "1e308"], "--fixed-itl 1e308: must be"),
+        (["--timing", "fixed", "--fixed-content-tokens", "1000000000"],
+         "--fixed-content-tokens 1000000000: must be an integer in [0, 10000000]"),
+    ],
+)  # fmt: skip
+def test_unbounded_numbers_are_one_line_errors_naming_the_limit(
+    args: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sim", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("specload: error: "), err
+    assert needle in err, err
+
+
+def test_values_at_the_limits_are_accepted() -> None:
+    cost = CostModel().with_overrides({"step_fixed_s": "10", "memory_bandwidth_Bps": "1e16"})
+    assert cost.step_fixed_s == 10.0
+    ngram = PRESETS["ngram"].with_overrides(
+        {"acceptance": "1", "num_speculative_tokens": "32", "acceptance_decay": "1"}
+    )
+    assert ngram.num_speculative_tokens == 32 and set(ngram.acceptance.values()) == {1.0}
