@@ -35,35 +35,49 @@
 /* prompt_tokens beyond this are not a count: specload.load.meter.MAX_PROMPT_TOKENS. */
 #define MAX_PROMPT_TOKENS 1000000000LL
 
+/* The meter's fields, the C side of specload.load.meter.CoreState (one annotation
+ * per field there; a unit test compares that list with this type's members, names
+ * and kinds). The struct, its members and the GC's traverse and clear are all made
+ * from these two lists: X(C type, member type, name) and X(name) for objects. */
+#define METER_SCALARS(X)                                                               \
+    X(double, T_DOUBLE, t0)                                                            \
+    X(double, T_DOUBLE, _last_t)                                                       \
+    X(long long, T_LONGLONG, token_limit) /* completion tokens beyond: declined */     \
+    X(long long, T_LONGLONG, _prev_cum)                                                \
+    X(long long, T_LONGLONG, tokens_reasoning_exact)                                   \
+    X(long long, T_LONGLONG, tokens_content_exact)                                     \
+    X(long long, T_LONGLONG, unattributed)                                             \
+    X(long long, T_LONGLONG, _pending_tokens)                                          \
+    X(long long, T_LONGLONG, chunks_reasoning)                                         \
+    X(long long, T_LONGLONG, chunks_content)                                           \
+    X(int, T_INT, last_channel)                                                        \
+    X(char, T_BOOL, done)                                                              \
+    X(char, T_BOOL, continuous)                                                        \
+    X(char, T_BOOL, has_content_text)                                                  \
+    X(char, T_BOOL, want_text)                                                         \
+    X(char, T_BOOL, sse_pending)
+
+#define METER_OBJECTS(X) \
+    X(first_t)           \
+    X(last_event_t)      \
+    X(first_content_t)   \
+    X(finish_reason)     \
+    X(_usage)            \
+    X(_gaps)             \
+    X(_chunk_tokens)     \
+    X(_mixed)            \
+    X(_text_reasoning)   \
+    X(_text_content)
+
+#define SCALAR_FIELD(ctype, member_type, name) ctype name;
+#define OBJECT_FIELD(name) PyObject *name;
 typedef struct {
     PyObject_HEAD
-    double t0;
-    double _last_t;
-    long long token_limit; /* completion tokens beyond: declined (malformed usage) */
-    long long _prev_cum;
-    long long tokens_reasoning_exact;
-    long long tokens_content_exact;
-    long long unattributed;
-    long long _pending_tokens;
-    long long chunks_reasoning;
-    long long chunks_content;
-    int last_channel;
-    char done;
-    char continuous;
-    char has_content_text;
-    char want_text;
-    char sse_pending;
-    PyObject *first_t;
-    PyObject *last_event_t;
-    PyObject *first_content_t;
-    PyObject *finish_reason;
-    PyObject *_usage;
-    PyObject *_gaps;
-    PyObject *_chunk_tokens;
-    PyObject *_mixed;
-    PyObject *_text_reasoning;
-    PyObject *_text_content;
+    METER_SCALARS(SCALAR_FIELD)
+    METER_OBJECTS(OBJECT_FIELD)
 } MeterCore;
+#undef SCALAR_FIELD
+#undef OBJECT_FIELD
 
 #define MAX_EVENTS 64
 #define MAX_DEPTH 32
@@ -703,65 +717,30 @@ static PyMethodDef MeterCore_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-#define M(name, type) {#name, type, offsetof(MeterCore, name), 0, NULL}
+#define SCALAR_MEMBER(ctype, member_type, name) \
+    {#name, member_type, offsetof(MeterCore, name), 0, NULL},
+#define OBJECT_MEMBER(name) {#name, T_OBJECT, offsetof(MeterCore, name), 0, NULL},
 static PyMemberDef MeterCore_members[] = {
-    M(t0, T_DOUBLE),
-    M(_last_t, T_DOUBLE),
-    M(token_limit, T_LONGLONG),
-    M(_prev_cum, T_LONGLONG),
-    M(tokens_reasoning_exact, T_LONGLONG),
-    M(tokens_content_exact, T_LONGLONG),
-    M(unattributed, T_LONGLONG),
-    M(_pending_tokens, T_LONGLONG),
-    M(chunks_reasoning, T_LONGLONG),
-    M(chunks_content, T_LONGLONG),
-    M(last_channel, T_INT),
-    M(done, T_BOOL),
-    M(continuous, T_BOOL),
-    M(has_content_text, T_BOOL),
-    M(want_text, T_BOOL),
-    M(sse_pending, T_BOOL),
-    M(first_t, T_OBJECT),
-    M(last_event_t, T_OBJECT),
-    M(first_content_t, T_OBJECT),
-    M(finish_reason, T_OBJECT),
-    M(_usage, T_OBJECT),
-    M(_gaps, T_OBJECT),
-    M(_chunk_tokens, T_OBJECT),
-    M(_mixed, T_OBJECT),
-    M(_text_reasoning, T_OBJECT),
-    M(_text_content, T_OBJECT),
+    METER_SCALARS(SCALAR_MEMBER)
+    METER_OBJECTS(OBJECT_MEMBER)
     {NULL, 0, 0, 0, NULL},
 };
-#undef M
+#undef SCALAR_MEMBER
+#undef OBJECT_MEMBER
 
+#define VISIT_FIELD(name) Py_VISIT(self->name);
 static int MeterCore_traverse(MeterCore *self, visitproc visit, void *arg) {
-    Py_VISIT(self->first_t);
-    Py_VISIT(self->last_event_t);
-    Py_VISIT(self->first_content_t);
-    Py_VISIT(self->finish_reason);
-    Py_VISIT(self->_usage);
-    Py_VISIT(self->_gaps);
-    Py_VISIT(self->_chunk_tokens);
-    Py_VISIT(self->_mixed);
-    Py_VISIT(self->_text_reasoning);
-    Py_VISIT(self->_text_content);
+    METER_OBJECTS(VISIT_FIELD)
     return 0;
 }
+#undef VISIT_FIELD
 
+#define CLEAR_FIELD(name) Py_CLEAR(self->name);
 static int MeterCore_clear(MeterCore *self) {
-    Py_CLEAR(self->first_t);
-    Py_CLEAR(self->last_event_t);
-    Py_CLEAR(self->first_content_t);
-    Py_CLEAR(self->finish_reason);
-    Py_CLEAR(self->_usage);
-    Py_CLEAR(self->_gaps);
-    Py_CLEAR(self->_chunk_tokens);
-    Py_CLEAR(self->_mixed);
-    Py_CLEAR(self->_text_reasoning);
-    Py_CLEAR(self->_text_content);
+    METER_OBJECTS(CLEAR_FIELD)
     return 0;
 }
+#undef CLEAR_FIELD
 
 static void MeterCore_dealloc(MeterCore *self) {
     PyObject_GC_UnTrack(self);

@@ -16,7 +16,8 @@ from typing import Any
 
 import orjson
 
-from specload.load.http import Connection, FastReader, RequestFailed
+from specload.load.connection import Connection
+from specload.load.failures import RequestFailed
 from specload.load.meter import (
     FAST_PATH,
     MalformedChunk,
@@ -26,8 +27,9 @@ from specload.load.meter import (
     meter_message,
 )
 from specload.load.records import RequestRecord
+from specload.load.response import FastReader
 from specload.prompts import Prompt
-from specload.sse import SSEDecoder
+from specload.sse import EventTooLarge, SSEDecoder
 from specload.urls import ServerURL
 
 DEFAULT_TIMEOUT_S = 600.0
@@ -125,14 +127,14 @@ class ChatRequester:
 
             def on_body(data: bytes, now: float) -> None:
                 # Fast path: the read holds exactly one single-line event (the usual case).
-                if data[-2:] == b"\n\n" and data[:6] == b"data: " and not decoder.pending:
+                if data[-2:] == b"\n\n" and data[:6] == b"data: " and not decoder.pending_size:
                     inner = data[6:-2]
                     if b"\n" not in inner and b"\r" not in inner:
                         meter_feed(inner, now)
                         return
                 for payload in dec_feed(data):
                     meter_feed(payload, now)
-                meter.sse_pending = bool(decoder.pending)
+                meter.sse_pending = decoder.pending_size > 0
 
         else:
 
@@ -168,7 +170,7 @@ class ChatRequester:
             record.error_detail = exc.detail[:_DETAIL_CHARS]
             record.http_status = exc.status
             self._finish_failed(meter, record)
-        except MalformedChunk as exc:
+        except (MalformedChunk, EventTooLarge) as exc:
             # The rest of the stream is unread: the connection cannot be reused.
             self.connection.close()
             malformed_usage = isinstance(exc, MalformedUsage)

@@ -25,7 +25,6 @@ Reasoning text is read from ``delta.reasoning`` (vLLM >= 0.16) or
 
 from __future__ import annotations
 
-import os
 from bisect import bisect_left
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Protocol
@@ -34,6 +33,7 @@ import orjson
 
 from specload.histogram import Histogram
 from specload.load.records import ARRIVAL_SAMPLE_S, RequestRecord
+from specload.load.switches import SWITCHES, extension
 
 _loads = orjson.loads
 ReadBuffer = bytes | bytearray | memoryview
@@ -82,52 +82,14 @@ def _not_count(field: str, value: Any) -> MalformedUsage:
     return MalformedUsage(f"{field} is not a non-negative integer: {_show(value)}")
 
 
-class PyMeterCore:
-    """The state of one streamed response, in plain Python (no C extension).
-
-    :class:`StreamMeter` runs on this or on the C ``MeterCore`` of
-    ``specload.load._fastpath`` (same fields); only the C one has a fast
-    :meth:`feed_read`, here it always declines and every read goes through
-    the full parsers — same results, more CPU.
-    """
-
-    __slots__ = (
-        "_chunk_tokens",
-        "_gaps",
-        "_last_t",
-        "_mixed",
-        "_pending_tokens",
-        "_prev_cum",
-        "_text_content",
-        "_text_reasoning",
-        "_usage",
-        "chunks_content",
-        "chunks_reasoning",
-        "continuous",
-        "done",
-        "finish_reason",
-        "first_content_t",
-        "first_t",
-        "has_content_text",
-        "last_channel",
-        "last_event_t",
-        "sse_pending",
-        "t0",
-        "token_limit",
-        "tokens_content_exact",
-        "tokens_reasoning_exact",
-        "unattributed",
-        "want_text",
-    )
-
-    def feed_read(self, buf: ReadBuffer, n: int, now: float) -> int:
-        """Account one socket read of a chunked SSE body if certain: never, here."""
-        return 0
-
-
 class CoreState:
-    """The state a meter core holds: :class:`PyMeterCore`'s slots, the C ``MeterCore``'s
-    members (its stub derives from this class). For type checking only."""
+    """The state a meter core holds, one annotation per field: the one list of them.
+
+    :class:`PyMeterCore`'s slots are built from it; the C ``MeterCore`` declares the
+    same fields as members (its stub derives from this class) and a unit test
+    compares them, name by name and kind by kind (float, int, bool, else an object).
+    Never instantiated: for the slots, type checking and that test.
+    """
 
     t0: float
     token_limit: int
@@ -155,6 +117,22 @@ class CoreState:
     sse_pending: bool
     _text_reasoning: list[str]
     _text_content: list[str]
+
+
+class PyMeterCore:
+    """The state of one streamed response, in plain Python (no C extension).
+
+    :class:`StreamMeter` runs on this or on the C ``MeterCore`` of
+    ``specload.load._fastpath`` (same fields); only the C one has a fast
+    :meth:`feed_read`, here it always declines and every read goes through
+    the full parsers — same results, more CPU.
+    """
+
+    __slots__ = tuple(CoreState.__annotations__)
+
+    def feed_read(self, buf: ReadBuffer, n: int, now: float) -> int:
+        """Account one socket read of a chunked SSE body if certain: never, here."""
+        return 0
 
 
 if TYPE_CHECKING:
@@ -572,10 +550,7 @@ if TYPE_CHECKING:
     StreamMeter = PyStreamMeter
     FAST_PATH = False
 else:
-    try:
-        from specload.load._fastpath import MeterCore as _CMeterCore
-    except ImportError:  # built without a C compiler
-        _CMeterCore = None
+    _CMeterCore = None if extension is None else extension.MeterCore  # None: no C compiler
 
     if _CMeterCore is not None:
 
@@ -585,7 +560,7 @@ else:
             __slots__ = ()
 
     # SPECLOAD_FASTPATH=0: the pure-Python path even when the extension is built.
-    FAST_PATH = _CMeterCore is not None and os.environ.get("SPECLOAD_FASTPATH", "1") != "0"
+    FAST_PATH = _CMeterCore is not None and SWITCHES.fastpath
     StreamMeter = CStreamMeter if FAST_PATH else PyStreamMeter
 
 

@@ -1,4 +1,4 @@
-"""The load generator's state in one Locust process, and its runner messages.
+"""The load generator's state in one Locust process, and its wiring.
 
 One :class:`LoadSession` per Locust ``Environment`` (``get_session(env)``).
 Its role follows the runner: ``local`` (single process), ``master`` or
@@ -6,18 +6,11 @@ Its role follows the runner: ``local`` (single process), ``master`` or
 *published* (aggregated, exposed on ``/metrics``, handed to subscribers) on
 ``local`` and ``master`` processes.
 
-Runner messages (registered in ``events.init``):
-
-- ``specload:records`` worker -> master, every 0.25 s and at each stats
-  report: ``{"records": [RequestRecord.to_dict(include_histograms=True)…],
-  "started": n}`` — every completed request travels, so the master's
-  aggregates equal a single process's exactly;
-- ``specload:step`` master -> workers: ``{"name": step, "seq": n, "budget": k}``;
-  also sent to each worker when it connects. ``budget``: None (no limit), or how
-  many requests the worker may start in this step (0 at the step's start);
-- ``specload:want`` worker -> master: ``{"seq": n, "waiting": u}``: ``u`` users wait
-  for budget in step ``n``;
-- ``specload:budget`` master -> one worker: ``{"seq": n, "add": k}``, budget granted.
+The session registers the runner messages of its role (in ``events.init``; their
+names and payloads: :mod:`specload.load.messages`): a master handles
+``specload:records`` and ``specload:want`` and sends ``specload:step`` and
+``specload:budget``; a worker the other way round. The CSV and the web UI table
+are built in :mod:`specload.load.report`.
 
 A count-based window of N requests is a pool of N on the master, granted to the
 workers whose users ask (twice their waiting users at a time, so most requests
@@ -29,11 +22,9 @@ report back, return to the pool.
 
 from __future__ import annotations
 
-import csv
-import html
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -46,20 +37,28 @@ import orjson
 from specload.errors import UsageError
 from specload.load.aggregate import Aggregator
 from specload.load.chat import ChatRequester, ChatSettings
-from specload.load.http import Connection, RequestFailed
+from specload.load.connection import Connection
+from specload.load.failures import RequestFailed
+from specload.load.messages import (
+    MSG_BUDGET,
+    MSG_RECORDS,
+    MSG_STEP,
+    MSG_WANT,
+    BudgetMessage,
+    RecordsMessage,
+    StepMessage,
+    WantMessage,
+)
 from specload.load.meter import TokenCounter
 from specload.load.metrics import ClientMetrics, parse_address, serve
 from specload.load.options import DEFAULT_STEP, validate
 from specload.load.records import RequestRecord
+from specload.load.report import fire_locust_events, stats_html, write_csv
 from specload.prompts import Prompt, PromptSampler, load_prompt_set
 from specload.urls import ServerURL, parse_server_url
 
 log = logging.getLogger("specload.load")
 
-MSG_RECORDS = "specload:records"
-MSG_STEP = "specload:step"
-MSG_BUDGET = "specload:budget"
-MSG_WANT = "specload:want"
 FLUSH_INTERVAL_S = 0.25
 DRAIN_TIMEOUT_S = 10.0
 
@@ -143,10 +142,8 @@ class LoadSession:
                 count.budget_left = None
                 count.wanting = 0
                 count.redistributed = False
-            runner.send_message(
-                MSG_STEP,
-                {"name": name, "seq": self.step_seq, "budget": None if budget is None else 0},
-            )
+            step = StepMessage(name, self.step_seq, None if budget is None else 0)
+            runner.send_message(MSG_STEP, step.payload())
         self._wake()
 
     def _wake(self) -> None:
@@ -387,15 +384,8 @@ class LoadSession:
         self._said_hello = True  # the first message tells the master to send the step
         batch, self._pending = self._pending, []
         try:
-            runner.send_message(
-                MSG_RECORDS,
-                {
-                    "records": batch,
-                    "started": self.started,
-                    "seq": self.step_seq,
-                    "budget_left": self.budget,
-                },
-            )
+            report = RecordsMessage(batch, self.started, self.step_seq, self.budget)
+            runner.send_message(MSG_RECORDS, report.payload())
         except Exception as exc:  # the master is gone: keep the records for the next try
             self._pending[:0] = batch
             log.debug("specload: could not send records: %s", exc)
@@ -409,20 +399,18 @@ class LoadSession:
                 self.flush()
 
     def _on_step(self, environment: Any, msg: Any, **kw: Any) -> None:
-        data = msg.data or {}
-        seq = int(data.get("seq", 0))
-        if seq >= self.step_seq:
-            self.step_seq = seq
-            self.step = str(data["name"])
-            budget = data.get("budget")
-            self.budget = None if budget is None else int(budget)
+        step = StepMessage.parse(msg.data)
+        if step.seq >= self.step_seq:
+            self.step_seq = step.seq
+            self.step = step.name
+            self.budget = step.budget
             self._asked = False  # a want of the step before is not answered
             self._wake()
 
     def _on_budget(self, environment: Any, msg: Any, **kw: Any) -> None:
-        data = msg.data or {}
-        if int(data.get("seq", -1)) == self.step_seq and self.budget is not None:
-            self.budget += int(data.get("add", 0))
+        grant = BudgetMessage.parse(msg.data)
+        if grant.seq == self.step_seq and self.budget is not None:
+            self.budget += grant.add
             self._asked = False
             self._wake()
 
@@ -433,17 +421,17 @@ class LoadSession:
             return
         self._asked = True
         try:
-            runner.send_message(MSG_WANT, {"seq": self.step_seq, "waiting": self._waiting})
+            runner.send_message(MSG_WANT, WantMessage(self.step_seq, self._waiting).payload())
         except Exception as exc:  # the master is gone
             self._asked = False
             log.debug("specload: could not ask for budget: %s", exc)
 
     def _on_want(self, environment: Any, msg: Any, **kw: Any) -> None:
-        data = msg.data or {}
-        if int(data.get("seq", -1)) != self.step_seq or self.budget is None:
+        want = WantMessage.parse(msg.data)
+        if want.seq != self.step_seq or self.budget is None:
             return
         count = self._workers.setdefault(msg.node_id, _WorkerCount())
-        count.wanting = max(1, int(data.get("waiting", 1)))
+        count.wanting = max(1, want.waiting)
         self._grant(msg.node_id, count)
 
     def _grant(self, node_id: str, count: _WorkerCount) -> None:
@@ -454,23 +442,24 @@ class LoadSession:
         self._pool -= add
         count.wanting = 0
         count.budget = (count.budget or 0) + add
-        runner.send_message(MSG_BUDGET, {"seq": self.step_seq, "add": add}, client_id=node_id)
+        grant = BudgetMessage(self.step_seq, add)
+        runner.send_message(MSG_BUDGET, grant.payload(), client_id=node_id)
 
     # -- master side ---------------------------------------------------------
     def _on_records(self, environment: Any, msg: Any, **kw: Any) -> None:
-        data = msg.data or {}
+        report = RecordsMessage.parse(msg.data)
         count = self._workers.setdefault(msg.node_id, _WorkerCount())
-        count.started = int(data.get("started", count.started))
-        if data.get("seq") is not None:
-            count.budget_seq = int(data["seq"])
-            left = data.get("budget_left")
-            count.budget_left = None if left is None else int(left)
+        if report.started is not None:
+            count.started = report.started
+        if report.seq is not None:
+            count.budget_seq = report.seq
+            count.budget_left = report.budget_left
         if not count.greeted:
             # A worker's first message: it may have missed the step sent when it connected
             # (before its handlers were registered).
             count.greeted = True
             self._send_step(msg.node_id, count)
-        for d in data.get("records", ()):
+        for d in report.records:
             count.received += 1
             try:
                 record = RequestRecord.from_dict(d)
@@ -507,12 +496,8 @@ class LoadSession:
     def _send_step(self, client_id: str, count: _WorkerCount) -> None:
         runner = self.environment.runner
         if runner is not None:
-            budget = None if self.budget is None else 0
-            runner.send_message(
-                MSG_STEP,
-                {"name": self.step, "seq": self.step_seq, "budget": budget},
-                client_id=client_id,
-            )
+            step = StepMessage(self.step, self.step_seq, None if self.budget is None else 0)
+            runner.send_message(MSG_STEP, step.payload(), client_id=client_id)
 
     def _redistribute(self, node_id: str, count: _WorkerCount) -> None:
         """Return a vanished worker's unspent budget, and its requests that will never
@@ -574,14 +559,6 @@ class LoadSession:
             self._metrics_server = None
 
 
-def _split(total: int, parts: int) -> list[int]:
-    """``total`` in ``parts`` shares differing by at most one (the first ones larger)."""
-    if parts <= 0:
-        return []
-    base, extra = divmod(total, parts)
-    return [base + (1 if i < extra else 0) for i in range(parts)]
-
-
 def detect_model(url: ServerURL, api_key: str = "") -> str:
     """The first model id from ``/v1/models``; raises :class:`RequestFailed`."""
     host, port = url.host_port
@@ -606,143 +583,6 @@ def detect_model(url: ServerURL, api_key: str = "") -> str:
         return str(models["data"][0]["id"])
     except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
         raise RequestFailed("malformed", "GET /v1/models: no model id in the answer") from None
-
-
-def fire_locust_events(environment: Any, r: RequestRecord) -> None:
-    """Locust's own stats (web UI, --csv): the request, and TTFT/TPOT per category.
-
-    An ``unfinished`` request (its user stopped by the run) did not end: not in Locust's
-    request counts (it would be a failure of the target there), only in specload's.
-    """
-    if r.error_kind == "unfinished":
-        return
-    fire = environment.events.request.fire
-    exc = None if r.ok else Exception(f"{r.error_kind}: {r.error_detail or ''}".strip())
-    fire(
-        request_type="CHAT",
-        name=r.category,
-        response_time=(r.e2e_s or 0.0) * 1000,
-        response_length=r.tokens_output,
-        exception=exc,
-        context={"step": r.step},
-    )
-    if r.ok:
-        if r.ttft_s is not None:
-            fire(
-                request_type="TTFT",
-                name=r.category,
-                response_time=r.ttft_s * 1000,
-                response_length=0,
-                exception=None,
-                context={},
-            )
-        if r.tpot_s is not None:
-            fire(
-                request_type="TPOT",
-                name=r.category,
-                response_time=r.tpot_s * 1000,
-                response_length=0,
-                exception=None,
-                context={},
-            )
-
-
-CSV_COLUMNS = (
-    "step",
-    "category",
-    "completed",
-    "failed",
-    "unfinished",
-    "output_tokens",
-    "reasoning_tokens",
-    "content_tokens",
-    "output_tokens_per_s",
-    "median_ttft_ms",
-    "p90_ttft_ms",
-    "median_ttfct_ms",
-    "median_tpot_ms",
-    "p90_tpot_ms",
-    "p99_tpot_ms",
-    "median_itl_ms",
-    "median_e2e_ms",
-    "tokens_per_chunk",
-    "coalesced_gap_share",
-    "reasoning_truncated",
-)
-
-
-def stats_row(step: str, category: str, n: Mapping[str, Any]) -> dict[str, Any]:
-    """One CSV/HTML row from a step's or category's numbers (:meth:`Stats.result`)."""
-
-    def ms(key: str) -> str:
-        v = n.get(key)
-        return "" if v is None else f"{v:.3f}"
-
-    def num(key: str, digits: int) -> str:
-        v = n.get(key)
-        return "" if v is None else f"{v:.{digits}f}"
-
-    return {
-        "step": step,
-        "category": category,
-        "completed": n["completed"],
-        "failed": n["failed"],
-        "unfinished": n["unfinished"],
-        "output_tokens": n["total_output_tokens"],
-        "reasoning_tokens": n["total_reasoning_tokens"],
-        "content_tokens": n["total_content_tokens"],
-        "output_tokens_per_s": num("output_throughput", 1),
-        "median_ttft_ms": ms("median_ttft_ms"),
-        "p90_ttft_ms": ms("p90_ttft_ms"),
-        "median_ttfct_ms": ms("median_ttfct_ms"),
-        "median_tpot_ms": ms("median_tpot_ms"),
-        "p90_tpot_ms": ms("p90_tpot_ms"),
-        "p99_tpot_ms": ms("p99_tpot_ms"),
-        "median_itl_ms": ms("median_itl_ms"),
-        "median_e2e_ms": ms("median_e2el_ms"),
-        "tokens_per_chunk": num("mean_tokens_per_chunk", 3),
-        "coalesced_gap_share": num("coalesced_chunk_share", 3),
-        "reasoning_truncated": n["reasoning_truncated"],
-    }
-
-
-def stats_rows(aggregator: Aggregator) -> list[dict[str, Any]]:
-    """Per step and category, then per step (category ``all``): one definition of each
-    figure (:meth:`Aggregator.step_result`), the CSV's and the web UI's."""
-    rows = []
-    for step in aggregator.steps:
-        numbers = aggregator.step_result(step)
-        for category, cat in numbers["categories"].items():
-            rows.append(stats_row(step, category, cat))
-        rows.append(stats_row(step, "all", numbers))
-    return rows
-
-
-def write_csv(path: Path, aggregator: Aggregator) -> None:
-    """Per step and category, then per step (category ``all``); written atomically."""
-    rows = stats_rows(aggregator)
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    tmp.replace(path)
-
-
-def stats_html(aggregator: Aggregator) -> str:
-    """The per-step, per-category table as an HTML page (Locust web UI: ``/specload``)."""
-    rows = stats_rows(aggregator)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in CSV_COLUMNS)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(r[c]))}</td>" for c in CSV_COLUMNS) + "</tr>"
-        for r in rows
-    )
-    return (
-        "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=5>"
-        "<title>specload</title><style>td,th{padding:2px 8px;text-align:right}</style>"
-        f"<h1>specload: TTFT, TPOT and output tok/s per category</h1>"
-        f"<table><tr>{head}</tr>{body}</table>"
-    )
 
 
 def get_session(environment: Any) -> LoadSession:

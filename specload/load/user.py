@@ -10,7 +10,7 @@ from locust import User, constant, task
 
 from specload.load import plugin as _plugin  # registers specload's options and messages
 from specload.load.chat import ChatRequester
-from specload.load.http import RequestFailed
+from specload.load.failures import RequestFailed
 from specload.load.session import LoadSession, get_session
 
 del _plugin

@@ -18,11 +18,24 @@ def record(i: int, *, ok: bool = True, step: str = "c1", category: str = "math")
     itl = Histogram()
     itl.add(0.005, 9)
     return RequestRecord(
-        category=category, step=step, variant="ngram", model="m", start_s=100.0 + i,
-        end_s=101.0 + i, ok=ok, error_kind=None if ok else "http_503",
-        ttft_s=0.05 + i * 0.001, ttfct_s=0.2, e2e_s=1.0, tpot_s=0.005 + i * 0.0001,
-        tokens_reasoning=8, tokens_content=2, tokens_output=10, chunks=10,
-        finish_reason="stop", itl_token_hist=itl if ok else None,
+        category=category,
+        step=step,
+        variant="ngram",
+        model="m",
+        start_s=100.0 + i,
+        end_s=101.0 + i,
+        ok=ok,
+        error_kind=None if ok else "http_503",
+        ttft_s=0.05 + i * 0.001,
+        ttfct_s=0.2,
+        e2e_s=1.0,
+        tpot_s=0.005 + i * 0.0001,
+        tokens_reasoning=8,
+        tokens_content=2,
+        tokens_output=10,
+        chunks=10,
+        finish_reason="stop",
+        itl_token_hist=itl if ok else None,
         itl_chunk_hist=itl.copy() if ok else None,
     )
 
@@ -100,13 +113,16 @@ def test_client_metrics_families_and_labels() -> None:
     reg.register(m)
     labels = {"variant": "ngram", "model": "m", "category": "math", "step": "c1"}
     assert reg.get_sample_value("specload_client_requests_total", {**labels, "outcome": "ok"}) == 3
-    assert reg.get_sample_value("specload_client_errors_total",
-                                {**labels, "kind": "http_503"}) == 1
+    assert reg.get_sample_value("specload_client_errors_total", {**labels, "kind": "http_503"}) == 1
     # the fixed classes exist at 0 before their first error (rate() sees the first one)
     for kind in ("refused", "reset", "timeout", "malformed", "no_done", "protocol"):
         assert reg.get_sample_value("specload_client_errors_total", {**labels, "kind": kind}) == 0
-    assert reg.get_sample_value("specload_client_output_tokens_total",
-                                {**labels, "channel": "reasoning"}) == 32
+    assert (
+        reg.get_sample_value(
+            "specload_client_output_tokens_total", {**labels, "channel": "reasoning"}
+        )
+        == 32
+    )
     assert reg.get_sample_value("specload_client_ttft_seconds_count", labels) == 3
     le = {**labels, "le": "0.006"}
     assert reg.get_sample_value("specload_client_tpot_seconds_bucket", le) == 3

@@ -15,21 +15,24 @@ import random
 import select
 import socket
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 import pytest
 
-from specload.load.http import ResponseParser
 from specload.load.meter import (
     MAX_PROMPT_TOKENS,
+    CoreState,
     MalformedChunk,
+    PyMeterCore,
     PyStreamMeter,
     StreamMeter,
     token_limit,
 )
 from specload.load.records import RequestRecord
+from specload.load.response import ResponseParser
 from specload.sse import SSEDecoder
 
 pytestmark = pytest.mark.unit
@@ -46,29 +49,8 @@ if CStreamMeter is None:  # SPECLOAD_FASTPATH=0: the C meter class still exists
     CStreamMeter = _meter.CStreamMeter  # type: ignore[attr-defined]
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
-STATE = (
-    "done",
-    "first_t",
-    "last_event_t",
-    "first_content_t",
-    "_last_t",
-    "_gaps",
-    "_chunk_tokens",
-    "chunks_reasoning",
-    "chunks_content",
-    "continuous",
-    "_prev_cum",
-    "tokens_reasoning_exact",
-    "tokens_content_exact",
-    "unattributed",
-    "_pending_tokens",
-    "_mixed",
-    "last_channel",
-    "final_usage",
-    "finish_reason",
-    "has_content_text",
-    "token_limit",
-)
+# Every field of the meter's state (the one list, CoreState), the usage as read.
+STATE = tuple("final_usage" if name == "_usage" else name for name in CoreState.__annotations__)
 
 
 def event(payload: bytes | dict[str, Any]) -> bytes:
@@ -779,3 +761,55 @@ def test_bad_usage_on_any_split_of_the_wire_gives_the_same_record(seed: int) -> 
     state, err = check_same(reads, expect_fused=False, max_tokens=max_tokens)
     assert (error in err) if error else not err
     assert state["record"]["tokens_output"] == tokens
+
+
+# -- the meter's fields: one list (CoreState), the C members derived by hand ----------
+
+_KINDS = {"float": "float", "int": "int", "bool": "bool"}  # other annotations: an object
+
+
+def member_kind(core: Any, name: str) -> str:
+    """What a C member stores, told by what it accepts (T_OBJECT takes None; T_BOOL
+    only bools; T_INT/T_LONGLONG ints, not floats; T_DOUBLE floats)."""
+
+    def takes(value: Any) -> bool:
+        try:
+            setattr(core, name, value)
+        except TypeError:
+            return False
+        return True
+
+    if takes(None):
+        return "object"
+    if takes(True) and not takes(1):
+        return "bool"
+    if takes(1) and not takes(1.5):
+        return "int"
+    assert takes(1.5), name
+    return "float"
+
+
+def test_the_c_members_are_the_core_state_fields() -> None:
+    members = {
+        name
+        for name, attr in vars(fastpath.MeterCore).items()
+        if isinstance(attr, types.MemberDescriptorType)
+    }
+    assert members == set(CoreState.__annotations__)
+    core = fastpath.MeterCore()
+    for name, annotation in CoreState.__annotations__.items():
+        assert member_kind(core, name) == _KINDS.get(annotation, "object"), name
+
+
+def test_the_python_slots_are_the_core_state_fields() -> None:
+    assert PyMeterCore.__slots__ == tuple(CoreState.__annotations__)
+
+
+@pytest.mark.parametrize("meter_cls", [PyStreamMeter, CStreamMeter], ids=["py", "c"])
+def test_a_meter_sets_every_field_and_holds_nothing_else(meter_cls: Any) -> None:
+    meter = meter_cls(0.0, want_text=True, max_tokens=10)
+    for name in CoreState.__annotations__:
+        getattr(meter, name)  # a slot never set raises AttributeError
+    assert not hasattr(meter, "__dict__")
+    with pytest.raises(AttributeError):
+        meter.not_a_field = 1

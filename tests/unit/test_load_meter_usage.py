@@ -475,3 +475,20 @@ def test_a_non_streamed_answer_of_the_wrong_shape_is_malformed(canned: Any) -> N
         assert r.error_kind == "malformed"
     finally:
         chat.close()
+
+
+def test_an_event_beyond_the_sse_cap_is_malformed_and_the_user_goes_on(canned: Any) -> None:
+    from specload.sse import MAX_EVENT_BYTES  # noqa: PLC0415
+
+    # One event of 17 MiB (no blank line until its end), then a good stream.
+    huge = text("x" * (MAX_EVENT_BYTES + (1 << 20)), {"prompt_tokens": 7, "completion_tokens": 1})
+    server = canned([sse_response([*good_stream(2)[:-1], huge]), sse_response(good_stream())])
+    chat = requester(server)
+    try:
+        r = chat.send(PROMPT, "s")
+        assert not r.ok and r.error_kind == "malformed", (r.error_kind, r.error_detail)
+        assert r.tokens_output == 2  # what came before is kept
+        again = chat.send(PROMPT, "s")
+        assert again.ok and again.tokens_output == 4
+    finally:
+        chat.close()

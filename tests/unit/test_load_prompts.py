@@ -42,9 +42,12 @@ def test_builtin_restricted_to_categories() -> None:
 def test_jsonl_prompt_and_messages(tmp_path: Path) -> None:
     f = tmp_path / "p.jsonl"
     f.write_text(
-        json.dumps({"prompt": "hi", "category": "math", "max_tokens": 64}) + "\n\n"
-        + json.dumps({"messages": [{"role": "system", "content": "s"},
-                                   {"role": "user", "content": "u"}]}) + "\n"
+        json.dumps({"prompt": "hi", "category": "math", "max_tokens": 64})
+        + "\n\n"
+        + json.dumps(
+            {"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]}
+        )
+        + "\n"
     )
     a, b = load_prompt_set(str(f))
     assert a.messages == ({"role": "user", "content": "hi"},) and a.max_tokens == 64
@@ -73,12 +76,21 @@ def test_bad_jsonl_names_file_line_and_field(tmp_path: Path, line: str, message:
 
 def test_sharegpt_first_human_turn(tmp_path: Path) -> None:
     f = tmp_path / "sg.json"
-    f.write_text(json.dumps([
-        {"id": "a", "conversations": [{"from": "system", "value": "s"},
-                                      {"from": "human", "value": "question"},
-                                      {"from": "gpt", "value": "answer"}]},
-        {"id": "b", "conversations": [{"from": "gpt", "value": "only"}]},
-    ]))
+    f.write_text(
+        json.dumps(
+            [
+                {
+                    "id": "a",
+                    "conversations": [
+                        {"from": "system", "value": "s"},
+                        {"from": "human", "value": "question"},
+                        {"from": "gpt", "value": "answer"},
+                    ],
+                },
+                {"id": "b", "conversations": [{"from": "gpt", "value": "only"}]},
+            ]
+        )
+    )
     (p,) = load_prompt_set(str(f))
     assert p.id == "a" and p.messages == ({"role": "user", "content": "question"},)
 

@@ -1,0 +1,174 @@
+"""One keep-alive HTTP/1.1 connection per Locust user, on (gevent) sockets.
+
+A request is sent in one write; its response is read by the process's
+:class:`~specload.load.reactor.Reactor` (plain HTTP on gevent-patched sockets),
+else (TLS, ``SPECLOAD_REACTOR=0``, unpatched sockets) by the calling greenlet.
+A stale kept-alive connection is retried once on a fresh one. Failures raise
+:class:`~specload.load.failures.RequestFailed`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import ssl
+import time
+from typing import Any
+
+import gevent
+from gevent import monkey
+
+from specload.load.failures import RequestFailed, Stale
+from specload.load.reactor import READ_SIZE, get_reactor
+from specload.load.response import FastReader, OnBody, ResponseParser
+from specload.load.switches import SWITCHES, fastpath, rx_timestamps
+
+_perf = time.perf_counter
+
+
+def _socket_patched() -> bool:
+    return bool(monkey.is_module_patched("socket"))
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection to ``host:port`` (reconnects as needed)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        tls: bool = False,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.tls = tls
+        self.connect_timeout_s = connect_timeout_s
+        self.host_header = host if port in (80, 443) else f"{host}:{port}"
+        self._sock: socket.socket | None = None
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    def _connect(self) -> socket.socket:
+        try:
+            sock = socket.create_connection((self.host, self.port), timeout=self.connect_timeout_s)
+        except ConnectionRefusedError as exc:
+            raise RequestFailed("refused", f"{self.host}:{self.port}: {exc.strerror}") from None
+        except TimeoutError:
+            raise RequestFailed("timeout", f"connect to {self.host}:{self.port}") from None
+        except OSError as exc:
+            raise RequestFailed("refused", f"{self.host}:{self.port}: {exc}") from None
+        sock.settimeout(None)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if rx_timestamps and not self.tls:
+            fastpath.enable_rx_timestamps(sock.fileno())
+        if self.tls:
+            ctx = ssl.create_default_context()
+            sock = ctx.wrap_socket(sock, server_hostname=self.host)
+        return sock
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None,
+        headers: bytes,
+        on_body: OnBody,
+        *,
+        timeout_s: float | None = None,
+        fast: FastReader | None = None,
+    ) -> int:
+        """Send a request and stream the body of a 2xx response to ``on_body``.
+
+        ``headers`` are extra raw header lines (each ending in ``\\r\\n``).
+        Returns the status; a non-2xx status raises ``RequestFailed("http_<code>")``
+        with the start of the body as detail; past ``timeout_s``,
+        ``RequestFailed("timeout")``. A stale kept-alive connection is retried
+        once on a fresh one. Exceptions raised by ``on_body`` propagate.
+        ``fast`` (optional): a fused reader tried first on each read of a
+        chunked 2xx body (see :class:`FastReader`); ``on_body`` gets what it declines.
+        """
+        head = (
+            (
+                f"{method} {path} HTTP/1.1\r\nHost: {self.host_header}\r\n"
+                f"Content-Length: {len(body) if body else 0}\r\n"
+            ).encode()
+            + headers
+            + b"\r\n"
+        )
+        payload = head + body if body else head
+        deadline = None if timeout_s is None else _perf() + timeout_s
+        for attempt in (0, 1):
+            reused = self._sock is not None
+            if self._sock is None:
+                self._sock = self._connect()
+            sock = self._sock
+            parser = ResponseParser(on_body, method, fast)
+            try:
+                raw: Any = getattr(sock, "_sock", None)
+                reactor = (
+                    raw is not None and SWITCHES.reactor and not self.tls and _socket_patched()
+                )
+                if reactor:
+                    # The request fits the socket buffer: one send on the raw socket
+                    # (gevent's sendall only for what is left, if anything).
+                    try:
+                        sent = raw.send(payload)
+                    except BlockingIOError:
+                        sent = 0
+                    if sent < len(payload):
+                        sock.sendall(payload[sent:])
+                else:
+                    sock.sendall(payload)
+                left = None if deadline is None else max(0.0, deadline - _perf())
+                if reactor:
+                    get_reactor().wait(raw, parser, left)
+                else:
+                    self._read_blocking(sock, parser, left)
+                status = parser.result() if parser.keep_alive else self._closing(parser)
+                return status
+            except Stale:
+                self.close()
+                if reused and not attempt:
+                    continue
+                raise RequestFailed("reset", "connection closed before the response") from None
+            except RequestFailed:
+                self.close()
+                raise
+            except (ConnectionResetError, BrokenPipeError, ssl.SSLError) as exc:
+                self.close()
+                if reused and not attempt and not parser.got_bytes:
+                    continue
+                raise RequestFailed("reset", str(exc)) from None
+            except OSError as exc:
+                self.close()
+                raise RequestFailed("reset", str(exc)) from None
+            except BaseException:
+                # Malformed data, kills: the connection is in an unknown state.
+                self.close()
+                raise
+        raise RequestFailed("reset", "connection closed before the response")
+
+    def _closing(self, parser: ResponseParser) -> int:
+        self.close()
+        return parser.result()
+
+    def _read_blocking(
+        self, sock: socket.socket, parser: ResponseParser, timeout_s: float | None
+    ) -> None:
+        with gevent.Timeout(timeout_s, RequestFailed("timeout", "no complete response in time")):
+            while True:
+                data = sock.recv(READ_SIZE)
+                now = _perf()
+                if not data:
+                    if not parser.got_bytes:
+                        raise Stale
+                    parser.eof(now)
+                    return
+                if parser.feed(data, now):
+                    return

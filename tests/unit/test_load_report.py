@@ -1,0 +1,123 @@
+"""specload's rows in Locust's reports: the CSV, the web UI table and Locust's own stats."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specload.histogram import Histogram
+from specload.load.aggregate import Aggregator
+from specload.load.records import RequestRecord
+from specload.load.report import (
+    CSV_COLUMNS,
+    fire_locust_events,
+    stats_html,
+    stats_rows,
+    write_csv,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def record(i: int, *, category: str = "math", error: str | None = None) -> RequestRecord:
+    itl = Histogram()
+    itl.add(0.005, 9)
+    ok = error is None
+    return RequestRecord(
+        category=category,
+        step="c1",
+        variant="v",
+        model="m",
+        start_s=100.0 + i,
+        end_s=101.0 + i,
+        ok=ok,
+        error_kind=error,
+        ttft_s=0.05,
+        ttfct_s=0.2,
+        e2e_s=1.0,
+        tpot_s=0.005,
+        tokens_reasoning=8,
+        tokens_content=2,
+        tokens_output=10,
+        chunks=10,
+        finish_reason="stop",
+        itl_token_hist=itl if ok else None,
+        itl_chunk_hist=itl.copy() if ok else None,
+    )
+
+
+def aggregator() -> Aggregator:
+    agg = Aggregator()
+    for i in range(4):
+        agg.add(record(i, category=("math", "coding<b>")[i % 2]))
+    agg.add(record(9, error="http_503"))
+    return agg
+
+
+def test_rows_per_category_then_all() -> None:
+    rows = stats_rows(aggregator())
+    # categories sorted, then the step's ``all``
+    assert [(r["step"], r["category"]) for r in rows] == [
+        ("c1", "coding<b>"),
+        ("c1", "math"),
+        ("c1", "all"),
+    ]
+    assert rows[-1]["completed"] == 4 and rows[-1]["failed"] == 1
+    assert rows[-1]["output_tokens"] == 40
+    assert rows[-1]["median_ttft_ms"] == "50.000"
+    assert all(set(r) == set(CSV_COLUMNS) for r in rows)
+
+
+def test_write_csv_is_the_rows(tmp_path: Path) -> None:
+    agg = aggregator()
+    path = tmp_path / "out_specload.csv"
+    write_csv(path, agg)
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames or ()) == CSV_COLUMNS
+        got = list(reader)
+    assert got == [{k: str(v) for k, v in r.items()} for r in stats_rows(agg)]
+    assert not (tmp_path / "out_specload.csv.tmp").exists()
+
+
+def test_html_table_is_escaped() -> None:
+    page = stats_html(aggregator())
+    assert page.count("<th>") == len(CSV_COLUMNS)
+    assert "coding&lt;b&gt;" in page and "coding<b>" not in page
+
+
+class Events:
+    def __init__(self) -> None:
+        self.fired: list[dict[str, Any]] = []
+
+        class Request:
+            fire = staticmethod(lambda **kw: self.fired.append(kw))
+
+        self.request = Request()
+
+
+class Env:
+    def __init__(self) -> None:
+        self.events = Events()
+
+
+def test_locust_events_chat_ttft_tpot_and_none_for_unfinished() -> None:
+    env = Env()
+    fire_locust_events(env, record(0))
+    assert [(e["request_type"], e["name"]) for e in env.events.fired] == [
+        ("CHAT", "math"),
+        ("TTFT", "math"),
+        ("TPOT", "math"),
+    ]
+    assert env.events.fired[0]["response_time"] == 1000.0
+    assert env.events.fired[0]["response_length"] == 10
+    env.events.fired.clear()
+    fire_locust_events(env, record(1, error="http_503"))
+    (only,) = env.events.fired
+    assert only["request_type"] == "CHAT" and str(only["exception"]) == "http_503:"
+    env.events.fired.clear()
+    fire_locust_events(env, record(2, error="unfinished"))
+    assert env.events.fired == []
