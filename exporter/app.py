@@ -5,7 +5,7 @@ HTTP routes (all on ``--address:--port``):
 - ``GET /metrics``: the Prometheus exposition;
 - ``GET /-/healthy``: ``ok`` (the exporter itself, whatever its targets do);
 - ``GET /-/targets``: JSON, each target's state and last error (for humans);
-- ``POST /-/profile/VARIANT``: start a profile capture now (issue 7), 202.
+- ``POST /-/profile/VARIANT``: start a profile capture now, 202.
 """
 
 from __future__ import annotations

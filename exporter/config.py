@@ -38,7 +38,7 @@ _API_KEY_RE = re.compile(r"[\x21-\x7e]+(?: [\x21-\x7e]+)*\Z")
 
 @dataclass(frozen=True)
 class ProfileConfig:
-    """Where a target's torch-profiler traces land and how often to capture (issue 7)."""
+    """Where a target's torch-profiler traces land and how often to capture."""
 
     trace_dir: Path | None = None
     interval_s: float | None = None  # None: no scheduled capture (profiling slows the server)

@@ -1,6 +1,6 @@
 """Extra family sources: anything with ``collect()`` that the exporter serves too.
 
-The profiler captures (issue 7, ``exporter/profiling.py``) and the baseline
+The profiler captures (``exporter/profiling.py``) and the baseline
 file (``baselines:`` in the config) plug in here without the core knowing
 them. A source may also have ``start()`` and ``close()``; a source whose
 ``collect()`` raises drops only its own families for that scrape.
