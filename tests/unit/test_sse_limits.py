@@ -1,7 +1,7 @@
 """specload.sse: linear work however an event is split, and a cap on an event's size.
 
 The behaviour tests of the decoder (splits, CRLF, comments, multi-line data) are in
-tests/unit/test_load_sse.py; these count the decoder's work instead of timing it.
+tests/unit/test_sse.py; these count the decoder's work instead of timing it.
 """
 
 from __future__ import annotations
