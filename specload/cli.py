@@ -51,6 +51,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("run", "specload.sweep.cli", "headless sweep over concurrency levels"),
     Subcommand("compare", "specload.compare.cli", "compare result directories of variants"),
     Subcommand("baseline", "specload.baseline", "export a baseline for the exporter and alerts"),
+    Subcommand("predict", "specload.predict.cli", "forecast a speculative variant from a baseline"),
     Subcommand("results", "specload.results.repair", "repair a killed run's results (repair DIR)"),
     Subcommand("sim", "simulator.cli", "serve a simulated vLLM (the embedded default)"),
     Subcommand("exporter", "exporter.cli", "export vLLM variants' metrics to Prometheus"),

@@ -1,0 +1,256 @@
+"""``specload predict BASELINE_DIR``: forecast a speculative variant from the baseline alone.
+
+Replays vLLM's n-gram proposer over the baseline's recorded token ids (``tokens.jsonl``,
+from ``specload run --record-token-ids``), fits the step-cost curve to the baseline's
+levels and replays continuous batching at each concurrency: predicted acceptance, median
+TPOT with an interval, speedup and verdict, the best k per concurrency as vLLM's
+``num_speculative_tokens_per_batch_size``. ``--method draft --draft-cost-ratio R`` gives the
+break-even mean acceptance length of a draft model or head instead; ``--plan`` says which
+baseline levels to add. See docs/predict.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specload.errors import UsageError
+
+if TYPE_CHECKING:
+    from specload.predict.forecast import Options
+
+METHODS = ("ngram", "draft")
+MAX_SPECULATIVE_TOKENS = 32
+MAX_LOOKUP = 64
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("baseline", metavar="BASELINE_DIR", help="the baseline's results directory")
+    parser.add_argument(
+        "--method",
+        choices=METHODS,
+        default="ngram",
+        help="ngram: replay vLLM's n-gram proposer (default); draft: break-even acceptance of "
+        "a draft model or head (EAGLE-3, MTP) costing --draft-cost-ratio of a target step",
+    )
+    parser.add_argument(
+        "--num-speculative-tokens",
+        type=int,
+        default=None,
+        metavar="K",
+        help="draft tokens per step (vLLM's num_speculative_tokens)",
+    )
+    parser.add_argument(
+        "--prompt-lookup-min",
+        type=int,
+        default=None,
+        metavar="A",
+        help="shortest n-gram to match (vLLM's default: prompt_lookup_max, or 5)",
+    )
+    parser.add_argument(
+        "--prompt-lookup-max",
+        type=int,
+        default=None,
+        metavar="B",
+        help="longest n-gram to match (vLLM's default: prompt_lookup_min, or 5)",
+    )
+    parser.add_argument(
+        "--max-model-len",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the server's max_model_len (drafts stop short of it; default: no limit)",
+    )
+    parser.add_argument(
+        "--concurrency",
+        default=None,
+        metavar="LIST",
+        help="concurrencies to forecast (default: the baseline's levels)",
+    )
+    parser.add_argument(
+        "--draft-cost-ratio",
+        type=float,
+        default=None,
+        metavar="R",
+        help="--method draft: one draft forward pass relative to a baseline step",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+    parser.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help="also write prediction.md and prediction.json (plan.md/plan.json with --plan)",
+    )
+    parser.add_argument(
+        "--plan",
+        action="store_true",
+        help="only say which baseline levels would cover the step sizes the variant needs",
+    )
+    parser.add_argument(
+        "--curve",
+        choices=("interp", "linear"),
+        default="interp",
+        help="interp: the fitted line plus its residuals at the measured levels (default); "
+        "linear: the line alone",
+    )
+    parser.add_argument(
+        "--confidence", type=float, default=0.95, help="interval level (default 0.95)"
+    )
+    parser.add_argument(
+        "--bootstrap", type=int, default=1000, metavar="N", help="resamples (default 1000)"
+    )
+    parser.add_argument(
+        "--min-difference",
+        type=float,
+        default=5.0,
+        metavar="PCT",
+        help="smallest difference called faster/slower (default 5 percent: run-to-run noise)",
+    )
+    parser.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=256,
+        metavar="N",
+        help="the server's max_num_seqs: the last batch-size band of the k schedule ends there",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+
+
+def _int_in(value: int | None, flag: str, lo: int, hi: int) -> None:
+    if value is not None and not lo <= value <= hi:
+        raise UsageError(f"{flag} {value}: must be an integer in [{lo}, {hi}]")
+
+
+def lookup_window(lo: int | None, hi: int | None) -> tuple[int, int]:
+    """vLLM's defaults: both unset → 5..5; one unset → the other's value."""
+    if lo is None and hi is None:
+        return 5, 5
+    if lo is None:
+        lo = hi
+    if hi is None:
+        hi = lo
+    assert lo is not None and hi is not None
+    return lo, hi
+
+
+def options_of(args: argparse.Namespace) -> Options:
+    from specload.predict.forecast import Options  # noqa: PLC0415
+    from specload.sweep.plan import parse_int_list  # noqa: PLC0415
+
+    method = args.method
+    k = args.num_speculative_tokens
+    if k is None:
+        if not args.plan:
+            raise UsageError("--num-speculative-tokens: required (e.g. 3)")
+        k = 3
+    _int_in(k, "--num-speculative-tokens", 1, MAX_SPECULATIVE_TOKENS)
+    _int_in(args.prompt_lookup_min, "--prompt-lookup-min", 1, MAX_LOOKUP)
+    _int_in(args.prompt_lookup_max, "--prompt-lookup-max", 1, MAX_LOOKUP)
+    lo, hi = lookup_window(args.prompt_lookup_min, args.prompt_lookup_max)
+    if lo > hi:
+        raise UsageError(f"--prompt-lookup-min {lo}: must be at most --prompt-lookup-max ({hi})")
+    _int_in(args.max_model_len, "--max-model-len", 2, 1 << 24)
+    _int_in(args.max_num_seqs, "--max-num-seqs", 1, 65536)
+    ratio = args.draft_cost_ratio
+    if method == "draft":
+        if ratio is None and not args.plan:
+            raise UsageError(
+                "--method draft: give --draft-cost-ratio R (a draft step / a target step, e.g. 0.1)"
+            )
+        if ratio is not None and not (math.isfinite(ratio) and 0 <= ratio <= 10):
+            raise UsageError(f"--draft-cost-ratio {ratio}: must be a number in [0, 10]")
+    elif ratio is not None:
+        raise UsageError("--draft-cost-ratio: only with --method draft")
+    if not 0.5 <= args.confidence < 1:
+        raise UsageError(f"--confidence: {args.confidence} must be in [0.5, 1)")
+    if args.bootstrap < 100 or args.bootstrap > 100_000:
+        raise UsageError(f"--bootstrap: {args.bootstrap} must be in [100, 100000]")
+    if not (math.isfinite(args.min_difference) and 0 <= args.min_difference < 100):
+        raise UsageError(f"--min-difference: {args.min_difference} must be in [0, 100)")
+    concurrencies = (
+        parse_int_list(args.concurrency, name="--concurrency") if args.concurrency else None
+    )
+    return Options(
+        method=method,
+        num_speculative_tokens=k,
+        prompt_lookup_min=lo,
+        prompt_lookup_max=hi,
+        max_model_len=args.max_model_len,
+        concurrencies=sorted(concurrencies) if concurrencies else None,
+        curve=args.curve,
+        n_boot=args.bootstrap,
+        confidence=args.confidence,
+        min_difference=args.min_difference / 100.0,
+        seed=args.seed,
+        max_num_seqs=args.max_num_seqs,
+        draft_cost_ratio=ratio,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    # numpy loads only when the command runs, not for `specload --help`.
+    from specload.predict import report  # noqa: PLC0415
+    from specload.predict.forecast import (  # noqa: PLC0415
+        default_plan,
+        forecast,
+        load_baseline,
+    )
+    from specload.results.writer import (  # noqa: PLC0415
+        atomic_write_bytes,
+        atomic_write_text,
+        prepare_out_dir,
+    )
+
+    opts = options_of(args)
+    if not Path(args.baseline).is_dir():
+        raise UsageError(f"{args.baseline}: no such results directory")
+
+    def hint(measured: Sequence[int]) -> str:
+        return default_plan(measured, opts).summary()
+
+    baseline = load_baseline(args.baseline, need_tokens=opts.method == "ngram", hint=hint)
+    plan = default_plan([lv.concurrency for lv in baseline.levels], opts)
+    out = prepare_out_dir(args.out) if args.out else None
+    if args.plan:
+        data = {
+            "format": "specload-predict-plan/1",
+            "baseline": str(baseline.path),
+            "problems": baseline.problems,
+            **plan.to_dict(),
+        }
+        text = (
+            "\n".join(report.plan_markdown(plan) + [f"- problem: {p}" for p in baseline.problems])
+            + "\n"
+        )
+        if out is not None:
+            atomic_write_bytes(out / "plan.json", report.dumps(data))
+            atomic_write_text(out / "plan.md", text)
+        if args.json:
+            sys.stdout.write(report.dumps(data).decode())
+        else:
+            sys.stdout.write(text)
+        return 0
+    if baseline.problems:
+        raise UsageError(baseline.problems[0])
+    try:
+        fc = forecast(baseline, opts, plan=plan)
+    except ValueError as exc:
+        raise UsageError(f"predict: {exc}") from None
+    for warning in fc.warnings:
+        print(f"specload predict: warning: {' '.join(warning.split())}", file=sys.stderr)
+    data = report.forecast_json(fc)
+    text = report.forecast_markdown(fc)
+    if out is not None:
+        atomic_write_bytes(out / "prediction.json", report.dumps(data))
+        atomic_write_text(out / "prediction.md", text)
+    if args.json:
+        sys.stdout.write(report.dumps(data).decode())
+    else:
+        sys.stdout.write(text)
+        if out is not None:
+            print(f"\nprediction written to {out / 'prediction.md'}")
+    return 0

@@ -1,0 +1,840 @@
+"""The forecast: a speculative variant's acceptance and TPOT, from the baseline alone.
+
+1. Every recorded request is replayed through the proposer (:mod:`specload.predict.ngram`):
+   its step sequence under the variant (drafted, accepted, emitted per step).
+2. A **batch engine** places the step sequences of a level's requests in the engine's
+   steps — closed loop, ``c`` users, each sending its next request when the last ends
+   (:class:`ClosedLoopReplay`; the :class:`BatchEngine` interface is what the simulator's
+   engine will implement). In a closed loop the placement does not depend on how long a
+   step takes, only on how many steps each request needs, so it is computed once and every
+   cost curve is then evaluated on it.
+3. The step-cost curve (:mod:`specload.predict.stepcost`) is fitted to the baseline's own
+   levels, each level placed by the same engine with no speculation (k = 0), so the curve
+   and the forecast share every convention.
+4. Per level: each request's TPOT = the cost of its decode steps / (tokens - 1); the median
+   with an interval from the fit's error (coefficients drawn from their covariance) and the
+   request sample (a bootstrap over requests), and a verdict against the baseline's measured
+   median.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from specload.predict.ngram import MAX_K, RequestReplay, StepSequence, Totals
+from specload.predict.stepcost import (
+    CostPoint,
+    Plan,
+    StepCostFit,
+    fit_step_cost,
+    plan_levels,
+)
+from specload.predict.tokens import TOKENS_FILE, TokenRecord, read_tokens, tokens_path
+from specload.results.writer import read_summary
+
+DEFAULT_MIN_DIFFERENCE = 0.05
+# Fewest requests of one category at concurrency 1 for a point of its own in the fit.
+MIN_CATEGORY_REQUESTS = 3
+
+
+# --------------------------------------------------------------------------- baseline
+
+
+@dataclass(frozen=True)
+class LevelInfo:
+    """One closed-loop level of the baseline's summary.json."""
+
+    name: str
+    concurrency: int
+    completed: int
+    median_tpot_ms: float | None
+    output_throughput: float | None
+    planned_requests: int | None
+    categories: dict[str, tuple[int, float | None]]  # completed, median TPOT (ms)
+    flags: tuple[str, ...] = ()
+
+
+@dataclass
+class Baseline:
+    path: Path
+    summary: dict[str, Any]
+    levels: list[LevelInfo]
+    tokens: list[TokenRecord] | None
+    problems: list[str] = field(default_factory=list)  # why a forecast cannot run
+
+    def level(self, concurrency: int) -> LevelInfo | None:
+        for lv in self.levels:
+            if lv.concurrency == concurrency:
+                return lv
+        return None
+
+    def records(self, level: str) -> list[TokenRecord]:
+        return [r for r in self.tokens or [] if r.step == level]
+
+    @property
+    def measured_records(self) -> list[TokenRecord]:
+        names = {lv.name for lv in self.levels}
+        return [r for r in self.tokens or [] if r.step in names]
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    v = float(value)
+    return v if math.isfinite(v) else None
+
+
+def load_baseline(
+    path: str | Path, *, need_tokens: bool, hint: Callable[[Sequence[int]], str]
+) -> Baseline:
+    """Read a baseline results directory; ``problems`` lists, one line each, what keeps it
+    from a forecast (``hint(measured concurrencies)`` says what ``--plan`` would add)."""
+    p = Path(path)
+    summary = read_summary(p)
+    levels: list[LevelInfo] = []
+    problems: list[str] = []
+    open_loop: list[str] = []
+    empty: list[str] = []
+    for raw in summary.get("levels") or []:
+        if not isinstance(raw, dict):
+            continue
+        name = str(raw.get("name") or "")
+        conc = raw.get("concurrency")
+        if type(conc) is not int or conc < 1:
+            open_loop.append(name or "?")
+            continue
+        cats: dict[str, tuple[int, float | None]] = {}
+        for cat, stats in (raw.get("categories") or {}).items():
+            if isinstance(stats, dict):
+                cats[str(cat)] = (
+                    int(stats.get("completed") or 0),
+                    _number(stats.get("median_tpot_ms")),
+                )
+        info = LevelInfo(
+            name=name or f"c{conc}",
+            concurrency=conc,
+            completed=int(raw.get("completed") or 0),
+            median_tpot_ms=_number(raw.get("median_tpot_ms")),
+            output_throughput=_number(raw.get("output_throughput")),
+            planned_requests=raw.get("planned_requests")
+            if type(raw.get("planned_requests")) is int
+            else None,
+            categories=cats,
+            flags=tuple(str(f) for f in raw.get("flags") or ()),
+        )
+        if info.completed == 0 or info.median_tpot_ms is None:
+            empty.append(info.name)
+        levels.append(info)
+    measured = [lv.concurrency for lv in levels if lv.name not in empty]
+    if open_loop and not levels:
+        problems.append(
+            f"{p}: open-loop levels only ({', '.join(open_loop)}): the step-cost curve needs "
+            f"closed-loop levels; {hint([])}"
+        )
+    for name in empty:
+        problems.append(
+            f"{p}: level {name} has no completed requests (no median TPOT to fit); {hint(measured)}"
+        )
+    if len(measured) < 2 and not (open_loop and not levels):
+        only = ", ".join(lv.name for lv in levels if lv.name not in empty) or "none"
+        problems.append(
+            f"{p}: one level only ({only}): the step-cost fit needs at least two "
+            f"closed-loop levels; {hint(measured)}"
+        )
+    levels = [lv for lv in levels if lv.name not in empty]
+    tokens: list[TokenRecord] | None = None
+    if tokens_path(p).exists():
+        tokens = read_tokens(p)
+    if need_tokens:
+        if tokens is None:
+            problems.append(
+                f"{p}: no {TOKENS_FILE} (the token ids the replay needs): rerun the baseline "
+                f"with `specload run --record-token-ids`; {hint(measured)}"
+            )
+        else:
+            for lv in levels:
+                if not any(r.step == lv.name for r in tokens):
+                    problems.append(
+                        f"{p}: {TOKENS_FILE} has no requests of level {lv.name} "
+                        f"(was it recorded with --record-token-ids?); {hint(measured)}"
+                    )
+    return Baseline(p, summary, levels, tokens, problems)
+
+
+# --------------------------------------------------------------------------- batch engine
+
+
+@dataclass(frozen=True, eq=False)
+class Schedule:
+    """Where a level's step sequences fall in the engine's steps.
+
+    Per engine step: tokens verified (Σ 1 + drafted), sequences, mean context per sequence,
+    tokens emitted. Per measured request: its prefill step, its last step, its output length.
+    """
+
+    n_tokens: np.ndarray
+    n_seqs: np.ndarray
+    context: np.ndarray
+    emitted: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    output_len: np.ndarray
+    requests: tuple[StepSequence, ...] = ()
+
+    @property
+    def steps(self) -> int:
+        return len(self.n_tokens)
+
+    def decode_sums(self, per_step: np.ndarray) -> np.ndarray:
+        """Σ of ``per_step`` over each measured request's decode steps (after its prefill)."""
+        c = np.concatenate([[0.0], np.cumsum(per_step, dtype=float)])
+        return np.asarray(c[self.last + 1] - c[self.first + 1])
+
+
+class BatchEngine(Protocol):
+    """Places step sequences in engine steps (the simulator's engine will implement it)."""
+
+    def schedule(
+        self, requests: Sequence[StepSequence], concurrency: int, *, fill: bool
+    ) -> Schedule: ...
+
+
+class ClosedLoopReplay:
+    """Continuous batching of a closed loop, in step counts.
+
+    ``concurrency`` users take the requests in order; a request's prefill joins the step
+    after its user's previous request ended and each later step advances it by one step of
+    its sequence. ``fill=False`` is a ``--requests N`` level: exactly these requests, the
+    batch thins out at the end; ``fill=True`` is a ``--duration`` level: users keep taking
+    requests (the list again, in order) until the last of the listed ones has ended, so the
+    batch stays full. No admission limits (``max_num_seqs``, the token budget, the KV cache)
+    and no prefill cost beyond one token: the fitted curve carries the baseline's own.
+    """
+
+    def schedule(
+        self, requests: Sequence[StepSequence], concurrency: int, *, fill: bool
+    ) -> Schedule:
+        pool = [r for r in requests if r.steps > 0]
+        if not pool:
+            raise ValueError("no request with output tokens to place")
+        heap = [(0, u) for u in range(max(1, concurrency))]
+        placed: list[tuple[int, int]] = []  # (pool index, first step)
+        for i, r in enumerate(pool):
+            t, u = heapq.heappop(heap)
+            placed.append((i, t))
+            heapq.heappush(heap, (t + r.steps, u))
+        end = max(t + pool[i].steps - 1 for i, t in placed)
+        measured = len(placed)
+        if fill:
+            j = 0
+            while True:
+                t, u = heapq.heappop(heap)
+                if t > end:
+                    break
+                i = j % len(pool)
+                j += 1
+                placed.append((i, t))
+                heapq.heappush(heap, (t + pool[i].steps, u))
+        size = end + 1
+        idx_parts: list[np.ndarray] = []
+        tok_parts: list[np.ndarray] = []
+        ctx_parts: list[np.ndarray] = []
+        emit_parts: list[np.ndarray] = []
+        for i, t in placed:
+            r = pool[i]
+            cut = min(r.steps, size - t)
+            idx_parts.append(np.arange(t, t + cut))
+            tok_parts.append(1 + r.drafted[:cut])
+            ctx_parts.append(r.prompt_len + r.position[:cut])
+            emit_parts.append(r.emitted[:cut])
+        idx = np.concatenate(idx_parts)
+        n_seqs = np.bincount(idx, minlength=size).astype(float)
+        n_tokens = np.bincount(idx, weights=np.concatenate(tok_parts), minlength=size)
+        ctx_sum = np.bincount(idx, weights=np.concatenate(ctx_parts), minlength=size)
+        emitted = np.bincount(idx, weights=np.concatenate(emit_parts), minlength=size)
+        context = ctx_sum / np.maximum(n_seqs, 1.0)
+        first = np.array([t for _, t in placed[:measured]], dtype=np.int64)
+        last = np.array([t + pool[i].steps - 1 for i, t in placed[:measured]], dtype=np.int64)
+        out_len = np.array([pool[i].output_len for i, _ in placed[:measured]], dtype=np.int64)
+        return Schedule(n_tokens, n_seqs, context, emitted, first, last, out_len, tuple(pool))
+
+
+# --------------------------------------------------------------------------- TPOT
+
+
+@dataclass(frozen=True, eq=False)
+class TpotModel:
+    """Each measured request's TPOT as a linear function of the curve's coefficients.
+
+    TPOT_i = (steps_i·a + Σn_i·b + Σctx_i·c + Σcorrection_i) / (tokens_i - 1): the interval
+    redraws the coefficients and the requests without placing anything again.
+    """
+
+    features: np.ndarray  # (R, 3): decode steps, Σ tokens, Σ mean context
+    extra: np.ndarray  # (R,): Σ of the interp curve's correction
+    tokens: np.ndarray  # (R,): output tokens - 1
+    total_ms_features: np.ndarray  # (3,) the same sums over all steps (throughput)
+    total_extra_ms: float
+    emitted_tokens: float
+
+    @classmethod
+    def of(cls, schedule: Schedule, fit: StepCostFit) -> TpotModel:
+        keep = schedule.output_len > 1
+        correction = fit.correction_ms(schedule.n_tokens)
+        ones = np.ones(schedule.steps)
+        feats = np.column_stack(
+            [
+                schedule.decode_sums(ones),
+                schedule.decode_sums(schedule.n_tokens),
+                schedule.decode_sums(schedule.context),
+            ]
+        )[keep]
+        return cls(
+            features=feats,
+            extra=schedule.decode_sums(correction)[keep],
+            tokens=(schedule.output_len - 1)[keep].astype(float),
+            total_ms_features=np.array(
+                [float(schedule.steps), schedule.n_tokens.sum(), schedule.context.sum()]
+            ),
+            total_extra_ms=float(correction.sum()),
+            emitted_tokens=float(schedule.emitted.sum()),
+        )
+
+    @property
+    def requests(self) -> int:
+        return len(self.tokens)
+
+    def tpot_ms(self, coef: np.ndarray) -> np.ndarray:
+        return np.asarray((self.features @ coef + self.extra) / self.tokens)
+
+    def throughput(self, coef: np.ndarray) -> float:
+        """Output tokens per second over the whole placed span."""
+        total_ms = float(self.total_ms_features @ coef) + self.total_extra_ms
+        return self.emitted_tokens / (total_ms / 1000.0) if total_ms > 0 else math.nan
+
+    def interval(
+        self,
+        fit: StepCostFit,
+        *,
+        n_boot: int,
+        confidence: float,
+        rng: np.random.Generator,
+    ) -> tuple[float, float, float]:
+        """(median, low, high) of the TPOT median: the fit's error x the request sample."""
+        est = median(self.tpot_ms(fit.coef))
+        r = self.requests
+        if r == 0:
+            return est, est, est
+        coefs = fit.sample_coefs(rng, n_boot)  # (B, 3)
+        pick = rng.integers(0, r, size=(n_boot, r))
+        feats = self.features[pick]  # (B, R, 3)
+        tp = (np.einsum("brk,bk->br", feats, coefs) + self.extra[pick]) / self.tokens[pick]
+        tp.sort(axis=1)
+        meds = tp[:, (r - 1) // 2]
+        alpha = (1.0 - confidence) / 2.0
+        low, high = (float(x) for x in np.quantile(meds, [alpha, 1.0 - alpha]))
+        return est, min(low, est), max(high, est)
+
+
+def median(values: np.ndarray) -> float:
+    """The exact sample median by specload's rank rule ⌊0.5·(n-1)⌋."""
+    v = np.sort(np.asarray(values, dtype=float))
+    return float(v[(len(v) - 1) // 2]) if len(v) else math.nan
+
+
+def verdict(baseline_ms: float, est: float, low: float, high: float, floor: float) -> str:
+    """faster / slower / within noise: the interval excludes the baseline and the difference
+    is at least ``floor`` (relative)."""
+    rel = est / baseline_ms - 1.0
+    if high < baseline_ms and rel <= -floor:
+        return "faster"
+    if low > baseline_ms and rel >= floor:
+        return "slower"
+    return "within noise"
+
+
+# --------------------------------------------------------------------------- the forecast
+
+
+@dataclass
+class Options:
+    method: str = "ngram"
+    num_speculative_tokens: int = 3
+    prompt_lookup_min: int = 2
+    prompt_lookup_max: int = 4
+    max_model_len: int | None = None
+    concurrencies: list[int] | None = None
+    curve: str = "interp"
+    n_boot: int = 1000
+    confidence: float = 0.95
+    min_difference: float = DEFAULT_MIN_DIFFERENCE
+    seed: int = 0
+    schedule_ks: tuple[int, ...] = tuple(range(1, MAX_K + 1))
+    max_num_seqs: int = 256
+    draft_cost_ratio: float | None = None
+
+
+@dataclass
+class KResult:
+    k: int
+    predicted_ms: float
+    low_ms: float
+    high_ms: float
+    speedup: float
+    verdict: str
+    output_throughput: float
+    totals: Totals
+    by_phase: dict[str, Totals]
+    by_category: dict[str, Totals]
+
+
+@dataclass
+class LevelForecast:
+    concurrency: int
+    level: str | None  # the baseline level it stands for (None: not measured)
+    requests: int
+    fill: bool
+    baseline_ms: float  # measured median TPOT (or the k = 0 replay where not measured)
+    baseline_measured: bool
+    replayed_baseline_ms: float  # the k = 0 replay through the fitted curve (a self-check)
+    baseline_throughput: float | None
+    replayed_baseline_throughput: float
+    results: dict[int, KResult]
+    n_tokens: float  # mean tokens per step at k = 0
+    context: float
+
+    def best(self, ks: Sequence[int]) -> KResult | None:
+        cands = [self.results[k] for k in ks if k in self.results]
+        return min(cands, key=lambda r: r.predicted_ms) if cands else None
+
+
+@dataclass
+class Forecast:
+    options: Options
+    baseline: Baseline
+    fit: StepCostFit
+    levels: list[LevelForecast]
+    totals: Totals
+    totals_by_phase: dict[str, Totals]
+    totals_by_category: dict[str, Totals]
+    plan: Plan
+    warnings: list[str] = field(default_factory=list)
+    draft: list[dict[str, Any]] | None = None
+
+    def k_schedule(self) -> dict[str, Any]:
+        return k_schedule(self)
+
+
+def _phase_totals(seqs: Sequence[StepSequence], k: int) -> dict[str, Totals]:
+    out = {"reasoning": Totals(k), "answer": Totals(k)}
+    for s in seqs:
+        out["reasoning"].add(s, ~s.answer)
+        out["answer"].add(s, s.answer)
+    return out
+
+
+def _category_totals(seqs: Sequence[StepSequence], k: int) -> dict[str, Totals]:
+    out: dict[str, Totals] = {}
+    for s in seqs:
+        out.setdefault(s.category, Totals(k)).add(s)
+    return dict(sorted(out.items()))
+
+
+def _totals(seqs: Sequence[StepSequence], k: int) -> Totals:
+    t = Totals(k)
+    for s in seqs:
+        t.add(s)
+    return t
+
+
+class _Replays:
+    """Every recorded request's replay, built once; step sequences cached per k."""
+
+    def __init__(self, records: Sequence[TokenRecord], opts: Options) -> None:
+        max_k = max(MAX_K, opts.num_speculative_tokens)
+        self.records = list(records)
+        self.replays = [
+            RequestReplay(
+                r.prompt_ids,
+                r.output_ids,
+                lookup_min=opts.prompt_lookup_min,
+                lookup_max=opts.prompt_lookup_max,
+                max_k=max_k,
+                content_start=r.content_start,
+                category=r.category,
+                level=r.step,
+            )
+            for r in self.records
+        ]
+        self.max_model_len = opts.max_model_len
+        self._cache: dict[tuple[int, int], StepSequence] = {}
+
+    def steps(self, i: int, k: int) -> StepSequence:
+        key = (i, k)
+        seq = self._cache.get(key)
+        if seq is None:
+            seq = self._cache[key] = self.replays[i].steps(k, self.max_model_len)
+        return seq
+
+    def pool(self, indices: Sequence[int], k: int) -> list[StepSequence]:
+        return [self.steps(i, k) for i in indices]
+
+
+def _fit_points(
+    baseline: Baseline,
+    replays: _Replays | None,
+    engine: BatchEngine,
+    index_of: dict[str, list[int]],
+) -> list[CostPoint]:
+    points: list[CostPoint] = []
+    for lv in baseline.levels:
+        assert lv.median_tpot_ms is not None
+        fill = lv.planned_requests is None
+        idx = index_of.get(lv.name, [])
+        if replays is None or not idx:
+            points.append(
+                CostPoint(
+                    lv.name,
+                    lv.concurrency,
+                    float(lv.concurrency),
+                    0.0,
+                    lv.median_tpot_ms,
+                    lv.completed,
+                )
+            )
+            continue
+        sched = engine.schedule(replays.pool(idx, 0), lv.concurrency, fill=fill)
+        steps = sched.decode_sums(np.ones(sched.steps))
+        ok = steps > 0
+        n_eff = (
+            float(np.mean(sched.decode_sums(sched.n_tokens)[ok] / steps[ok]))
+            if ok.any()
+            else float(lv.concurrency)
+        )
+        ctx_eff = (
+            float(np.mean(sched.decode_sums(sched.context)[ok] / steps[ok])) if ok.any() else 0.0
+        )
+        level_point = CostPoint(
+            lv.name, lv.concurrency, n_eff, ctx_eff, lv.median_tpot_ms, lv.completed
+        )
+        cat_points: list[CostPoint] = []
+        if lv.concurrency == 1:
+            for cat, (completed, med) in sorted(lv.categories.items()):
+                cidx = [i for i in idx if replays.records[i].category == cat]
+                seqs = [s for s in replays.pool(cidx, 0) if s.output_len > 1]
+                if (
+                    med is None
+                    or completed < MIN_CATEGORY_REQUESTS
+                    or len(seqs) < MIN_CATEGORY_REQUESTS
+                ):
+                    continue
+                ctx = float(np.mean([np.mean(s.prompt_len + s.position[1:]) for s in seqs]))
+                cat_points.append(
+                    CostPoint(f"{lv.name}/{cat}", 1, 1.0, ctx, med, completed, level=False)
+                )
+        if len(cat_points) >= 2:
+            total = sum(p.requests for p in cat_points)
+            points.append(
+                CostPoint(
+                    level_point.label,
+                    1,
+                    level_point.n_tokens,
+                    level_point.context,
+                    level_point.tpot_ms,
+                    level_point.requests,
+                    level=True,
+                    weight=0.0,
+                )
+            )
+            points.extend(
+                CostPoint(
+                    p.label,
+                    1,
+                    p.n_tokens,
+                    p.context,
+                    p.tpot_ms,
+                    p.requests,
+                    False,
+                    p.requests / total,
+                )
+                for p in cat_points
+            )
+        else:
+            points.append(level_point)
+    return points
+
+
+def forecast(
+    baseline: Baseline,
+    opts: Options,
+    *,
+    engine: BatchEngine | None = None,
+    plan: Plan,
+) -> Forecast:
+    """The whole forecast (the baseline's problems must have been checked)."""
+    engine = engine or ClosedLoopReplay()
+    rng = np.random.default_rng(opts.seed)
+    warnings: list[str] = []
+    records = baseline.measured_records
+    replays = _Replays(records, opts) if records else None
+    index_of: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        index_of.setdefault(r.step, []).append(i)
+    fit = fit_step_cost(_fit_points(baseline, replays, engine, index_of), curve=opts.curve)
+    warnings.extend(f"step-cost fit: {n}" for n in fit.notes)
+    for info in baseline.levels:
+        if "users_short" in info.flags:
+            warnings.append(
+                f"level {info.name} held fewer users than its concurrency (users_short): its "
+                "steps held fewer sequences than the fit assumes"
+            )
+    wanted = opts.concurrencies or [info.concurrency for info in baseline.levels]
+    k = opts.num_speculative_tokens
+    if opts.method == "draft":
+        draft = _draft_break_even(baseline, fit, wanted=wanted, opts=opts)
+        return Forecast(opts, baseline, fit, [], Totals(k), {}, {}, plan, warnings, draft)
+    assert replays is not None
+    ks = sorted({k, *opts.schedule_ks})
+    all_idx = list(range(len(records)))
+    levels: list[LevelForecast] = []
+    for c in wanted:
+        lv = baseline.level(c)
+        if lv is not None and index_of.get(lv.name):
+            idx, fill = index_of[lv.name], lv.planned_requests is None
+        else:
+            idx, fill = all_idx, True
+        sched0 = engine.schedule(replays.pool(idx, 0), c, fill=fill)
+        model0 = TpotModel.of(sched0, fit)
+        base_est = median(model0.tpot_ms(fit.coef))
+        steps0 = sched0.decode_sums(np.ones(sched0.steps))
+        ok = steps0 > 0
+        n_eff = (
+            float(np.mean(sched0.decode_sums(sched0.n_tokens)[ok] / steps0[ok]))
+            if ok.any()
+            else float(c)
+        )
+        ctx_eff = (
+            float(np.mean(sched0.decode_sums(sched0.context)[ok] / steps0[ok])) if ok.any() else 0.0
+        )
+        measured = lv is not None and lv.median_tpot_ms is not None
+        baseline_ms = lv.median_tpot_ms if measured and lv is not None else base_est
+        assert baseline_ms is not None
+        results: dict[int, KResult] = {}
+        for kk in ks:
+            seqs = replays.pool(idx, kk)
+            model = TpotModel.of(engine.schedule(seqs, c, fill=fill), fit)
+            est, low, high = model.interval(
+                fit, n_boot=opts.n_boot, confidence=opts.confidence, rng=rng
+            )
+            results[kk] = KResult(
+                k=kk,
+                predicted_ms=est,
+                low_ms=low,
+                high_ms=high,
+                speedup=baseline_ms / est if est > 0 else math.nan,
+                verdict=verdict(baseline_ms, est, low, high, opts.min_difference),
+                output_throughput=model.throughput(fit.coef),
+                totals=_totals(seqs, kk),
+                by_phase=_phase_totals(seqs, kk),
+                by_category=_category_totals(seqs, kk),
+            )
+        levels.append(
+            LevelForecast(
+                concurrency=c,
+                level=lv.name if lv is not None else None,
+                requests=len(idx),
+                fill=fill,
+                baseline_ms=baseline_ms,
+                baseline_measured=measured,
+                replayed_baseline_ms=base_est,
+                baseline_throughput=lv.output_throughput if lv is not None else None,
+                replayed_baseline_throughput=model0.throughput(fit.coef),
+                results=results,
+                n_tokens=n_eff,
+                context=ctx_eff,
+            )
+        )
+        if not measured:
+            warnings.append(
+                f"concurrency {c} was not measured: its baseline TPOT is the replay's "
+                f"({base_est:.2f} ms) and its requests are all {len(idx)} recorded ones"
+            )
+    seqs_all = replays.pool(all_idx, k)
+    return Forecast(
+        opts,
+        baseline,
+        fit,
+        levels,
+        _totals(seqs_all, k),
+        _phase_totals(seqs_all, k),
+        _category_totals(seqs_all, k),
+        plan,
+        warnings,
+    )
+
+
+# --------------------------------------------------------------------------- k schedule
+
+
+def batch_size_bands(concurrencies: Sequence[int], max_num_seqs: int) -> list[tuple[int, int]]:
+    """Batch-size ranges [lo, hi] around each concurrency: boundaries at geometric midpoints,
+    the first from 1, the last to ``max_num_seqs`` (or the largest concurrency)."""
+    cs = sorted(set(concurrencies))
+    bands: list[tuple[int, int]] = []
+    lo = 1
+    for i, c in enumerate(cs):
+        if i + 1 < len(cs):
+            hi = max(c, math.floor(math.sqrt(c * cs[i + 1])))
+            hi = min(hi, cs[i + 1] - 1)
+        else:
+            hi = max(c, max_num_seqs)
+        bands.append((lo, hi))
+        lo = hi + 1
+    return bands
+
+
+def k_schedule(fc: Forecast) -> dict[str, Any]:
+    """The best k per concurrency over ``schedule_ks`` and vLLM's
+    ``num_speculative_tokens_per_batch_size`` ([[batch_lo, batch_hi, k], …], k = 0: none)."""
+    opts = fc.options
+    rows: list[dict[str, Any]] = []
+    chosen: dict[int, int] = {}
+    for lf in fc.levels:
+        best = lf.best(opts.schedule_ks)
+        if best is None:
+            continue
+        pays = best.verdict == "faster"
+        chosen[lf.concurrency] = best.k if pays else 0
+        rows.append(
+            {
+                "concurrency": lf.concurrency,
+                "best_k": best.k if pays else 0,
+                "fastest_k": best.k,
+                "predicted_median_tpot_ms": best.predicted_ms,
+                "speedup": best.speedup,
+                "verdict": best.verdict,
+                "advice": f"k={best.k}" if pays else "do not speculate",
+                "by_k": {
+                    str(kk): {
+                        "predicted_median_tpot_ms": r.predicted_ms,
+                        "predicted_low_ms": r.low_ms,
+                        "predicted_high_ms": r.high_ms,
+                        "speedup": r.speedup,
+                        "verdict": r.verdict,
+                        "acceptance_rate": r.totals.acceptance_rate,
+                        "mean_acceptance_length": r.totals.mean_acceptance_length,
+                    }
+                    for kk, r in sorted(lf.results.items())
+                    if kk in opts.schedule_ks
+                },
+            }
+        )
+    table: list[list[int]] = []
+    if chosen:
+        for (lo, hi), c in zip(
+            batch_size_bands(list(chosen), opts.max_num_seqs), sorted(chosen), strict=True
+        ):
+            kk = chosen[c]
+            if table and table[-1][2] == kk:
+                table[-1][1] = hi
+            else:
+                table.append([lo, hi, kk])
+    config: dict[str, Any] | None = None
+    if any(v > 0 for v in chosen.values()):
+        config = {
+            "method": "ngram",
+            "num_speculative_tokens": max(chosen.values()),
+            "prompt_lookup_min": opts.prompt_lookup_min,
+            "prompt_lookup_max": opts.prompt_lookup_max,
+            "num_speculative_tokens_per_batch_size": table,
+        }
+    return {
+        "ks": list(opts.schedule_ks),
+        "per_concurrency": rows,
+        "num_speculative_tokens_per_batch_size": table if config else None,
+        "speculative_config": config,
+        "do_not_speculate": [c for c, v in sorted(chosen.items()) if v == 0],
+        "advice": "do not speculate at any forecast concurrency" if not config else None,
+    }
+
+
+# --------------------------------------------------------------------------- draft methods
+
+
+def break_even_acceptance_rate(length: float, k: int) -> float | None:
+    """The per-token acceptance alpha with mean acceptance length (1 - alpha^(k+1)) / (1 - alpha) =
+    ``length`` (positions accepted independently); None when even alpha = 1 falls short."""
+    if length <= 1.0:
+        return 0.0
+    if length > k + 1:
+        return None
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        val = sum(mid**i for i in range(k + 1))
+        lo, hi = (mid, hi) if val < length else (lo, mid)
+    return (lo + hi) / 2
+
+
+def _draft_break_even(
+    baseline: Baseline,
+    fit: StepCostFit,
+    *,
+    wanted: Sequence[int],
+    opts: Options,
+) -> list[dict[str, Any]]:
+    """Per concurrency: the mean acceptance length at which a draft method breaks even.
+
+    A step of the variant verifies c·(1+k) tokens and first runs k draft forward passes,
+    each ``R`` x a baseline step: TPOT = (T(c(1+k)) + k·R·T(c)) / L, so L* = that sum / T(c).
+    """
+    ratio = opts.draft_cost_ratio or 0.0
+    out: list[dict[str, Any]] = []
+    ks = sorted({opts.num_speculative_tokens, *opts.schedule_ks})
+    for c in wanted:
+        lv = baseline.level(c)
+        n_eff, ctx_eff = float(c), 0.0
+        for p in fit.points:
+            if p.level and p.concurrency == c:
+                n_eff, ctx_eff = p.n_tokens, p.context
+        if ctx_eff == 0.0 and fit.uses_context:
+            ctx_eff = float(np.mean([p.context for p in fit.points if p.level]))
+        t1 = float(fit.step_ms(n_eff, ctx_eff))
+        by_k: dict[str, Any] = {}
+        for kk in ks:
+            tv = float(fit.step_ms(n_eff * (1 + kk), ctx_eff))
+            length = (tv + kk * ratio * t1) / t1
+            by_k[str(kk)] = {
+                "verify_step_ms": tv,
+                "draft_ms": kk * ratio * t1,
+                "break_even_mean_acceptance_length": length,
+                "break_even_acceptance_rate": break_even_acceptance_rate(length, kk),
+                "possible": length <= kk + 1,
+            }
+        main = by_k[str(opts.num_speculative_tokens)]
+        out.append(
+            {
+                "concurrency": c,
+                "baseline_median_tpot_ms": lv.median_tpot_ms if lv is not None else t1,
+                "baseline_measured": lv is not None,
+                "baseline_step_ms": t1,
+                "break_even_mean_acceptance_length": main["break_even_mean_acceptance_length"],
+                "break_even_acceptance_rate": main["break_even_acceptance_rate"],
+                "possible": main["possible"],
+                "by_k": by_k,
+            }
+        )
+    return out
+
+
+def default_plan(measured: Sequence[int], opts: Options, *, all_ks: bool = True) -> Plan:
+    ks = [opts.num_speculative_tokens, *(opts.schedule_ks if all_ks else ())]
+    wanted = opts.concurrencies or list(measured) or [1, 2, 4, 8, 16]
+    return plan_levels(measured, wanted, ks, max_num_seqs=opts.max_num_seqs)

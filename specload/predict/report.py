@@ -1,0 +1,255 @@
+"""The forecast as JSON (``specload-predict/1``) and as Markdown."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import orjson
+
+from specload.predict.forecast import Forecast, KResult, LevelForecast
+from specload.predict.ngram import Totals
+from specload.predict.stepcost import Plan, StepCostFit
+
+FORMAT = "specload-predict/1"
+
+
+def _f(x: float | None, digits: int = 2) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return f"{x:.{digits}f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _num(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _totals_dict(t: Totals) -> dict[str, Any]:
+    return t.to_dict()
+
+
+def level_json(lf: LevelForecast, k: int) -> dict[str, Any]:
+    r: KResult = lf.results[k]
+    t = r.totals
+    return {
+        "concurrency": lf.concurrency,
+        "level": lf.level,
+        "requests": lf.requests,
+        "acceptance_rate": t.acceptance_rate,
+        "mean_acceptance_length": t.mean_acceptance_length,
+        "position_acceptance": t.position_acceptance,
+        "baseline_median_tpot_ms": lf.baseline_ms,
+        "baseline_measured": lf.baseline_measured,
+        "replayed_baseline_median_tpot_ms": lf.replayed_baseline_ms,
+        "predicted_median_tpot_ms": r.predicted_ms,
+        "predicted_low_ms": r.low_ms,
+        "predicted_high_ms": r.high_ms,
+        "speedup": _num(r.speedup),
+        "verdict": r.verdict,
+        "predicted_output_throughput": _num(r.output_throughput),
+        "baseline_output_throughput": lf.baseline_throughput,
+        "replayed_baseline_output_throughput": _num(lf.replayed_baseline_throughput),
+        "mean_tokens_per_step_baseline": lf.n_tokens,
+        "mean_context": lf.context,
+        "closed_loop": "duration (batch kept full)" if lf.fill else "requests (batch thins out)",
+        "drafts": t.drafts,
+        "draft_tokens": t.draft_tokens,
+        "accepted_tokens": t.accepted_tokens,
+        "accepted_tokens_max": t.accepted_tokens_max,
+        "by_phase": {name: _totals_dict(v) for name, v in r.by_phase.items()},
+        "by_category": {name: _totals_dict(v) for name, v in r.by_category.items()},
+    }
+
+
+def fit_json(fit: StepCostFit) -> dict[str, Any]:
+    return fit.to_dict()
+
+
+def forecast_json(fc: Forecast) -> dict[str, Any]:
+    o = fc.options
+    out: dict[str, Any] = {
+        "format": FORMAT,
+        "baseline": str(fc.baseline.path),
+        "method": o.method,
+        "num_speculative_tokens": o.num_speculative_tokens,
+        "prompt_lookup_min": o.prompt_lookup_min if o.method == "ngram" else None,
+        "prompt_lookup_max": o.prompt_lookup_max if o.method == "ngram" else None,
+        "max_model_len": o.max_model_len,
+        "confidence": o.confidence,
+        "n_boot": o.n_boot,
+        "min_difference": o.min_difference,
+        "curve": o.curve,
+        "warnings": list(fc.warnings),
+    }
+    if o.method == "draft":
+        out["draft_cost_ratio"] = o.draft_cost_ratio
+        out["levels"] = fc.draft or []
+    else:
+        out["levels"] = [level_json(lf, o.num_speculative_tokens) for lf in fc.levels]
+        out["totals"] = {
+            **_totals_dict(fc.totals),
+            "by_phase": {n: _totals_dict(v) for n, v in fc.totals_by_phase.items()},
+            "by_category": {n: _totals_dict(v) for n, v in fc.totals_by_category.items()},
+        }
+        out["k_schedule"] = fc.k_schedule()
+    out["fit"] = fit_json(fc.fit)
+    out["plan"] = fc.plan.to_dict()
+    return out
+
+
+def dumps(data: Any) -> bytes:
+    return orjson.dumps(data, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+
+
+def fit_markdown(fit: StepCostFit) -> list[str]:
+    a, b, c = (float(x) for x in fit.coef)
+    lines = [
+        "## Step-cost curve (fitted to the baseline)",
+        "",
+        f"T(n, ctx) = {a:.3f} ms + {b:.4f} ms x n + {c * 1000:.4f} ms x ctx/1000"
+        f"  (n tokens in the step, ctx mean context per sequence; curve `{fit.curve}`"
+        + (", context term dropped" if not fit.uses_context else "")
+        + ")",
+        "",
+        f"R² {_f(fit.r2, 4)}, residual SD {_f(fit.residual_sd, 3)} ms",
+        "",
+        "| point | tokens/step | mean context | measured ms | fitted ms | residual ms |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for p, r in zip(fit.points, fit.residuals, strict=True):
+        lines.append(
+            f"| {p.label}{'' if p.weight else ' (knot only)'} | {p.n_tokens:.2f} | "
+            f"{p.context:.0f} | {p.tpot_ms:.3f} | {p.tpot_ms - float(r):.3f} | {float(r):+.3f} |"
+        )
+    lines.extend(f"- {n}" for n in fit.notes)
+    lines.append("")
+    return lines
+
+
+def plan_markdown(plan: Plan) -> list[str]:
+    lines = ["## Plan: baseline levels for the step sizes needed", ""]
+    lines.append("measured levels: " + (", ".join(f"c{c}" for c in plan.measured) or "none"))
+    beyond = [n for n in plan.needs if n.status == "extrapolated"]
+    if beyond:
+        worst = max(beyond, key=lambda n: n.tokens)
+        lines.append(
+            f"{len(beyond)} of {len(plan.needs)} (concurrency, k) pairs put more tokens in a "
+            f"step than measured (up to {worst.tokens} at c{worst.concurrency}, k={worst.k})"
+        )
+    if plan.extra_levels:
+        lines.append("extra levels: " + ", ".join(f"c{c}" for c in plan.extra_levels))
+        lines.append(f"`{plan.command()}`")
+    else:
+        lines.append("no extra levels needed")
+    lines.extend(f"- {n}" for n in plan.notes)
+    lines.append("")
+    return lines
+
+
+def forecast_markdown(fc: Forecast) -> str:
+    o = fc.options
+    lines: list[str] = []
+    if o.method == "draft":
+        lines.append(
+            f"# Forecast: draft method, k={o.num_speculative_tokens}, "
+            f"draft cost ratio {o.draft_cost_ratio}"
+        )
+    else:
+        lines.append(
+            f"# Forecast: n-gram, k={o.num_speculative_tokens}, "
+            f"prompt_lookup {o.prompt_lookup_min}..{o.prompt_lookup_max}"
+        )
+    lines += ["", f"baseline: `{fc.baseline.path}`", ""]
+    if fc.warnings:
+        lines += ["## Warnings", ""] + [f"- {w}" for w in fc.warnings] + [""]
+    if o.method == "draft":
+        lines += [
+            "## Break-even mean acceptance length",
+            "",
+            "A draft step costs R x a baseline step; the variant pays when its mean acceptance "
+            "length (1 + accepted / drafts) exceeds:",
+            "",
+            "| concurrency | baseline TPOT ms | verify step ms | break-even length | "
+            "break-even acceptance (i.i.d.) |",
+            "|---:|---:|---:|---:|---:|",
+        ]
+        for row in fc.draft or []:
+            main = row["by_k"][str(o.num_speculative_tokens)]
+            length = row["break_even_mean_acceptance_length"]
+            lines.append(
+                f"| {row['concurrency']} | {_f(row['baseline_median_tpot_ms'])} | "
+                f"{_f(main['verify_step_ms'])} | {_f(length)}"
+                f"{'' if row['possible'] else ' (above k+1: cannot pay)'} | "
+                f"{_pct(row['break_even_acceptance_rate'])} |"
+            )
+        lines.append("")
+    else:
+        k = o.num_speculative_tokens
+        lines += [
+            f"## Per level (k={k})",
+            "",
+            "| concurrency | acceptance | mean acc. length | baseline TPOT ms | predicted ms "
+            f"({int(o.confidence * 100)}% interval) | speedup | verdict | tok/s |",
+            "|---:|---:|---:|---:|---|---:|---|---:|",
+        ]
+        for lf in fc.levels:
+            r = lf.results[k]
+            base = _f(lf.baseline_ms) + ("" if lf.baseline_measured else " (replayed)")
+            lines.append(
+                f"| {lf.concurrency} | {_pct(r.totals.acceptance_rate)} | "
+                f"{_f(r.totals.mean_acceptance_length)} | {base} | "
+                f"{_f(r.predicted_ms)} ({_f(r.low_ms)}-{_f(r.high_ms)}) | "
+                f"{_f(r.speedup, 3)}x | {r.verdict} | {_f(r.output_throughput, 1)} |"
+            )
+        lines += ["", "Per-position acceptance (accepted at position / drafts):", ""]
+        for lf in fc.levels:
+            pa = lf.results[k].totals.position_acceptance
+            lines.append(
+                f"- c{lf.concurrency}: "
+                + (", ".join(f"{x:.3f}" for x in pa) if pa else "no drafts")
+            )
+        t = fc.totals
+        lines += [
+            "",
+            "## Totals over the recorded requests (what the variant's counters would show)",
+            "",
+            f"drafts {t.drafts}, draft tokens {t.draft_tokens}, accepted tokens "
+            f"{t.accepted_tokens} (at most {t.accepted_tokens_max} counting drafts past the "
+            f"outputs' end), acceptance {_pct(t.acceptance_rate)}, mean acceptance length "
+            f"{_f(t.mean_acceptance_length)}",
+            "",
+            "| part | drafts | draft tokens | accepted | acceptance |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name, v in [*fc.totals_by_phase.items(), *fc.totals_by_category.items()]:
+            lines.append(
+                f"| {name} | {v.drafts} | {v.draft_tokens} | {v.accepted_tokens} | "
+                f"{_pct(v.acceptance_rate)} |"
+            )
+        sched = fc.k_schedule()
+        lines += ["", f"## Best k per concurrency (k = {sched['ks'][0]}..{sched['ks'][-1]})", ""]
+        for row in sched["per_concurrency"]:
+            lines.append(
+                f"- c{row['concurrency']}: {row['advice']} (fastest k={row['fastest_k']}: "
+                f"{_f(row['predicted_median_tpot_ms'])} ms, {_f(row['speedup'], 3)}x, "
+                f"{row['verdict']})"
+            )
+        lines.append("")
+        if sched["speculative_config"]:
+            lines += [
+                "`--speculative-config`:",
+                "",
+                "```json",
+                orjson.dumps(sched["speculative_config"]).decode(),
+                "```",
+                "",
+            ]
+        else:
+            lines += ["**Do not speculate**: no k pays at any forecast concurrency.", ""]
+    lines += fit_markdown(fc.fit)
+    lines += plan_markdown(fc.plan)
+    return "\n".join(lines)

@@ -1,0 +1,184 @@
+"""``specload predict``: options, the JSON shape, bad baselines as one line naming the gap."""
+
+from __future__ import annotations
+
+import argparse
+
+import orjson
+import pytest
+
+from specload.errors import UsageError
+from specload.predict import cli
+from specload.predict.synthetic import LinearCost, make_records, write_synthetic_baseline
+
+LEVELS = [1, 2, 4]
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="specload predict")
+    cli.add_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def run(*argv: str) -> int:
+    return cli.run(parse(*argv))
+
+
+NGRAM = (
+    "--num-speculative-tokens",
+    "3",
+    "--prompt-lookup-min",
+    "2",
+    "--prompt-lookup-max",
+    "4",
+    "--bootstrap",
+    "200",
+)
+
+
+@pytest.fixture
+def baseline(tmp_path):
+    recs = make_records(24, levels=LEVELS, seed=2, min_tokens=80, max_tokens=300)
+    return write_synthetic_baseline(tmp_path / "base", recs, levels=LEVELS, cost=LinearCost())
+
+
+def test_json_shape(baseline, capsys):
+    assert run(str(baseline), *NGRAM, "--json") == 0
+    data = orjson.loads(capsys.readouterr().out)
+    for key in (
+        "method",
+        "num_speculative_tokens",
+        "prompt_lookup_min",
+        "prompt_lookup_max",
+        "levels",
+        "totals",
+        "k_schedule",
+        "fit",
+        "plan",
+    ):
+        assert key in data
+    assert (data["method"], data["num_speculative_tokens"]) == ("ngram", 3)
+    assert (data["prompt_lookup_min"], data["prompt_lookup_max"]) == (2, 4)
+    assert [lv["concurrency"] for lv in data["levels"]] == LEVELS
+    for lv in data["levels"]:
+        for key in (
+            "concurrency",
+            "acceptance_rate",
+            "mean_acceptance_length",
+            "position_acceptance",
+            "baseline_median_tpot_ms",
+            "predicted_median_tpot_ms",
+            "predicted_low_ms",
+            "predicted_high_ms",
+            "speedup",
+            "verdict",
+        ):
+            assert key in lv
+        assert len(lv["position_acceptance"]) == 3
+        assert lv["predicted_low_ms"] <= lv["predicted_median_tpot_ms"] <= lv["predicted_high_ms"]
+        assert lv["verdict"] in ("faster", "slower", "within noise")
+    assert set(data["totals"]) >= {"drafts", "draft_tokens", "accepted_tokens"}
+    assert data["totals"]["drafts"] == sum(lv["drafts"] for lv in data["levels"])
+    assert sorted(data["k_schedule"]["ks"]) == list(range(1, 9))
+
+
+def test_markdown_and_out(baseline, tmp_path, capsys):
+    out = tmp_path / "pred"
+    assert run(str(baseline), *NGRAM, "--out", str(out)) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("# Forecast: n-gram, k=3, prompt_lookup 2..4")
+    assert "## Step-cost curve" in text and "## Best k per concurrency" in text
+    assert (out / "prediction.md").read_text().startswith("# Forecast")
+    assert orjson.loads((out / "prediction.json").read_bytes())["format"] == "specload-predict/1"
+
+
+def test_draft_method(baseline, capsys):
+    assert (
+        run(
+            str(baseline),
+            "--method",
+            "draft",
+            "--num-speculative-tokens",
+            "3",
+            "--draft-cost-ratio",
+            "0.1",
+            "--json",
+        )
+        == 0
+    )
+    data = orjson.loads(capsys.readouterr().out)
+    assert data["method"] == "draft"
+    assert all(lv["break_even_mean_acceptance_length"] > 1 for lv in data["levels"])
+
+
+def test_no_tokens_file(baseline):
+    (baseline / "tokens.jsonl").unlink()
+    with pytest.raises(UsageError) as info:
+        run(str(baseline), *NGRAM)
+    msg = str(info.value)
+    assert "no tokens.jsonl" in msg and "--record-token-ids" in msg and "--plan" in msg
+
+
+def test_one_level_only(tmp_path):
+    recs = make_records(6, levels=[4], seed=2, min_tokens=50, max_tokens=80)
+    base = write_synthetic_baseline(tmp_path / "b", recs, levels=[4])
+    with pytest.raises(UsageError, match=r"one level only \(c4\).*--plan would add levels 1,2,8"):
+        run(str(base), *NGRAM)
+
+
+def test_level_without_completed_requests(baseline):
+    s = orjson.loads((baseline / "summary.json").read_bytes())
+    s["levels"][2]["completed"] = 0
+    s["levels"][2]["median_tpot_ms"] = None
+    (baseline / "summary.json").write_bytes(orjson.dumps(s))
+    with pytest.raises(UsageError, match="level c4 has no completed requests"):
+        run(str(baseline), *NGRAM)
+
+
+def test_plan_works_on_a_bad_baseline(baseline, capsys):
+    (baseline / "tokens.jsonl").unlink()
+    assert run(str(baseline), "--plan", "--json") == 0
+    data = orjson.loads(capsys.readouterr().out)
+    assert data["measured"] == LEVELS
+    assert data["extra_levels"] == [8, 16, 32, 36]  # doubling up to c4 x (1 + 8) = 36
+    assert any("tokens.jsonl" in p for p in data["problems"])
+    assert run(str(baseline), "--plan", "--num-speculative-tokens", "3") == 0
+    assert "extra levels" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (("--prompt-lookup-min", "2"), "--num-speculative-tokens: required"),
+        (("--num-speculative-tokens", "0"), "--num-speculative-tokens 0"),
+        (
+            (
+                "--num-speculative-tokens",
+                "3",
+                "--prompt-lookup-min",
+                "5",
+                "--prompt-lookup-max",
+                "4",
+            ),
+            "--prompt-lookup-min 5: must be at most",
+        ),
+        (("--num-speculative-tokens", "3", "--draft-cost-ratio", "0.1"), "only with --method"),
+        (("--method", "draft", "--num-speculative-tokens", "3"), "--draft-cost-ratio"),
+        (("--num-speculative-tokens", "3", "--concurrency", "1,,2"), "--concurrency"),
+        (("--num-speculative-tokens", "3", "--confidence", "1.5"), "--confidence"),
+    ],
+)
+def test_bad_options(baseline, argv, message):
+    with pytest.raises(UsageError, match=message):
+        run(str(baseline), *argv)
+
+
+def test_no_such_directory(tmp_path):
+    with pytest.raises(UsageError, match="no such results directory"):
+        run(str(tmp_path / "nope"), *NGRAM)
+
+
+def test_lookup_defaults_follow_vllm():
+    assert cli.lookup_window(None, None) == (5, 5)
+    assert cli.lookup_window(None, 4) == (4, 4)
+    assert cli.lookup_window(2, None) == (2, 2)
