@@ -2,7 +2,9 @@
 
 :func:`extract` pulls the raw counters and gauges out of a parsed page into a
 :class:`Reading`; :func:`derive` turns the lifetime values of one reading and
-the deltas between two into :class:`Derived` values:
+the deltas between two into :class:`Derived` values. The family names (current
+and legacy), the reset-safe deltas and the formulas are
+:mod:`specload.vllm_metrics`'s, shared with the sweep's server block:
 
 - acceptance ratio = accepted tokens / drafted tokens (V1 counters);
 - mean acceptance length = 1 + accepted tokens / drafts;
@@ -10,10 +12,14 @@ the deltas between two into :class:`Derived` values:
 - mean TPOT / ITL = Δsum / Δcount of the histograms;
 - rates = Δcounter / Δt.
 
-vLLM ≤0.9 (V0) exported ``vllm:spec_decode_draft_acceptance_rate`` as a gauge
-instead; it is used for the lifetime ratio when the V1 counters are absent.
-A counter that went backwards (a restart) counts its current value as the
-increase, so deltas never go negative.
+What is the exporter's own: vLLM ≤0.9 (V0) exported
+``vllm:spec_decode_draft_acceptance_rate`` as a gauge instead, used for the
+lifetime ratio when the V1 counters are absent; V0 had no drafts counter, so
+with the speculative tokens per draft (k) known, drafts = draft tokens / k. An
+interval needs both polls to have the value (a counter that appears between two
+polls has no interval value); a restart between them (a counter went backwards,
+or the caller saw a new process start) counts each counter's current value as
+its increase, so deltas never go negative.
 """
 
 from __future__ import annotations
@@ -22,45 +28,37 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from specload.promtext import Exposition, Family
-
-# Names as vLLM writes them (the counters' TYPE lines carry ``_total``).
-DRAFTS = "vllm:spec_decode_num_drafts_total"
-DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-V0_ACCEPTANCE_RATE = "vllm:spec_decode_draft_acceptance_rate"
-GENERATION_TOKENS = "vllm:generation_tokens_total"
-TPOT_HISTOGRAMS = ("vllm:request_time_per_output_token_seconds",)
-ITL_HISTOGRAMS = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
-RUNNING = "vllm:num_requests_running"
-WAITING = "vllm:num_requests_waiting"
-KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
-PROCESS_START = "process_start_time_seconds"
+from specload import vllm_metrics as vm
+from specload.promtext import Exposition
 
 WANTED: frozenset[str] = frozenset(
     {
-        DRAFTS,
-        DRAFT_TOKENS,
-        ACCEPTED,
-        ACCEPTED_PER_POS,
-        V0_ACCEPTANCE_RATE,
-        GENERATION_TOKENS,
-        RUNNING,
-        WAITING,
-        PROCESS_START,
-        *TPOT_HISTOGRAMS,
-        *ITL_HISTOGRAMS,
-        *KV_USAGE,
+        vm.DRAFTS,
+        vm.DRAFT_TOKENS,
+        vm.ACCEPTED,
+        vm.ACCEPTED_PER_POS,
+        vm.V0_DRAFT_ACCEPTANCE_RATE,
+        vm.GENERATION_TOKENS,
+        vm.REQUESTS_RUNNING,
+        vm.REQUESTS_WAITING,
+        vm.PROCESS_START,
+        *vm.TPOT_NAMES,
+        *vm.ITL_NAMES,
+        *vm.KV_CACHE_USAGE_NAMES,
     }
 )
-# prometheus_client before 0.?? and some exporters type counters without _total.
-_WANTED_ALL = WANTED | {n[:-6] for n in WANTED if n.endswith("_total")}
 
+#: The parser's filter: only the families the exporter reads get their labels parsed.
+keep = vm.family_filter(WANTED)
 
-def keep(family_name: str) -> bool:
-    """The parser's filter: only the families the exporter reads get their labels parsed."""
-    return family_name in _WANTED_ALL
+# Where the served model's name is looked for (the first sample with a model_name label).
+_MODEL_NAME_FAMILIES = (
+    vm.GENERATION_TOKENS,
+    vm.REQUESTS_RUNNING,
+    vm.DRAFTS,
+    *vm.ITL_NAMES,
+    *vm.KV_CACHE_USAGE_NAMES,
+)
 
 
 @dataclass(frozen=True)
@@ -95,21 +93,8 @@ class Reading:
         return len(self.accepted_per_pos)
 
 
-def _total(fams: Exposition, name: str) -> float | None:
-    fam = fams.get_family(name)
-    return None if fam is None else fam.total()
-
-
-def _first(fams: Exposition, names: tuple[str, ...]) -> Family | None:
-    for name in names:
-        fam = fams.get_family(name)
-        if fam is not None and fam.samples:
-            return fam
-    return None
-
-
 def _model_name(fams: Exposition) -> str | None:
-    for name in (GENERATION_TOKENS, RUNNING, DRAFTS, *ITL_HISTOGRAMS, *KV_USAGE):
+    for name in _MODEL_NAME_FAMILIES:
         fam = fams.get_family(name)
         if fam is None:
             continue
@@ -122,57 +107,54 @@ def _model_name(fams: Exposition) -> str | None:
 
 def extract(fams: Exposition, time_s: float) -> Reading:
     per_pos: dict[int, float] = {}
-    pos_fam = fams.get_family(ACCEPTED_PER_POS)
+    pos_fam = fams.get_family(vm.ACCEPTED_PER_POS)
     if pos_fam is not None:
         for key, value in pos_fam.by_label("position").items():
             try:
                 per_pos[int(key)] = value
             except ValueError:
                 continue
-    tpot = _first(fams, TPOT_HISTOGRAMS)
-    itl = _first(fams, ITL_HISTOGRAMS)
-    kv = _first(fams, KV_USAGE)
+    kv = vm.first_family(fams, vm.KV_CACHE_USAGE_NAMES)
     kv_value: float | None = None
     if kv is not None:
         # One engine per data-parallel rank: the mean is the server's usage.
         values = [s.value for s in kv.samples]
         kv_value = sum(values) / len(values) if values else None
-    start = fams.get_family(PROCESS_START)
+    start = fams.get_family(vm.PROCESS_START)
     return Reading(
         time_s=time_s,
         model=_model_name(fams),
         process_start_s=start.samples[0].value if start is not None and start.samples else None,
-        drafts=_total(fams, DRAFTS),
-        draft_tokens=_total(fams, DRAFT_TOKENS),
-        accepted=_total(fams, ACCEPTED),
+        drafts=vm.counter_total(fams, vm.DRAFTS),
+        draft_tokens=vm.counter_total(fams, vm.DRAFT_TOKENS),
+        accepted=vm.counter_total(fams, vm.ACCEPTED),
         accepted_per_pos=per_pos,
-        v0_acceptance_rate=_total(fams, V0_ACCEPTANCE_RATE),
-        generation_tokens=_total(fams, GENERATION_TOKENS),
-        tpot_sum_count=tpot.sum_count() if tpot is not None else None,
-        itl_sum_count=itl.sum_count() if itl is not None else None,
-        running=_total(fams, RUNNING),
-        waiting=_total(fams, WAITING),
+        v0_acceptance_rate=vm.counter_total(fams, vm.V0_DRAFT_ACCEPTANCE_RATE),
+        generation_tokens=vm.counter_total(fams, vm.GENERATION_TOKENS),
+        tpot_sum_count=vm.sum_count(fams, vm.TPOT_NAMES),
+        itl_sum_count=vm.sum_count(fams, vm.ITL_NAMES),
+        running=vm.counter_total(fams, vm.REQUESTS_RUNNING),
+        waiting=vm.counter_total(fams, vm.REQUESTS_WAITING),
         kv_usage_ratio=kv_value,
     )
 
 
+def _count(pair: tuple[float, float] | None) -> float | None:
+    return pair[1] if pair is not None else None
+
+
 def went_backwards(prev: Reading, cur: Reading) -> bool:
     """Any counter smaller than before: the server restarted between the polls."""
-    pairs = [
-        (prev.drafts, cur.drafts),
-        (prev.draft_tokens, cur.draft_tokens),
-        (prev.accepted, cur.accepted),
-        (prev.generation_tokens, cur.generation_tokens),
-        (
-            prev.tpot_sum_count[1] if prev.tpot_sum_count else None,
-            cur.tpot_sum_count[1] if cur.tpot_sum_count else None,
-        ),
-        (
-            prev.itl_sum_count[1] if prev.itl_sum_count else None,
-            cur.itl_sum_count[1] if cur.itl_sum_count else None,
-        ),
-    ]
-    return any(p is not None and c is not None and c < p for p, c in pairs)
+    return vm.any_went_down(
+        [
+            (prev.drafts, cur.drafts),
+            (prev.draft_tokens, cur.draft_tokens),
+            (prev.accepted, cur.accepted),
+            (prev.generation_tokens, cur.generation_tokens),
+            (_count(prev.tpot_sum_count), _count(cur.tpot_sum_count)),
+            (_count(prev.itl_sum_count), _count(cur.itl_sum_count)),
+        ]
+    )
 
 
 @dataclass(frozen=True)
@@ -193,19 +175,10 @@ class Derived:
 
 
 def _delta(prev: float | None, cur: float | None, reset: bool) -> float | None:
-    if cur is None:
+    """An interval's increase; ``None`` unless both polls have the counter."""
+    if prev is None or cur is None:
         return None
-    if prev is None:
-        return None
-    if reset or cur < prev:
-        return cur
-    return cur - prev
-
-
-def _ratio(num: float | None, den: float | None) -> float | None:
-    if num is None or den is None or den <= 0:
-        return None
-    return num / den
+    return vm.increase(prev, cur, restarted=reset)[0]
 
 
 def _spec_window(
@@ -216,16 +189,13 @@ def _spec_window(
     k: int | None,
 ) -> tuple[float | None, float | None, dict[int, float]]:
     """(acceptance ratio, mean acceptance length, per-position ratio) from counter values."""
-    ratio = _ratio(accepted, draft_tokens)
-    if drafts is None and draft_tokens is not None and k:
-        drafts = draft_tokens / k  # V0 had no drafts counter; every draft has k tokens
-    length = None
-    if accepted is not None and drafts is not None and drafts > 0:
-        length = 1.0 + accepted / drafts
-    positions: dict[int, float] = {}
-    if drafts is not None and drafts > 0:
-        positions = {p: v / drafts for p, v in per_pos.items()}
-    return ratio, length, positions
+    if drafts is None:
+        drafts = vm.drafts_from_draft_tokens(draft_tokens, k)
+    return (
+        vm.acceptance_rate(accepted, draft_tokens),
+        vm.mean_acceptance_length(accepted, drafts),
+        vm.position_acceptance(per_pos, drafts),
+    )
 
 
 def derive(
@@ -255,14 +225,10 @@ def derive(
         length["lifetime"] = ln
     for p, v in pp.items():
         pos[("lifetime", p)] = v
-    if cur.tpot_sum_count is not None:
-        m = _ratio(*cur.tpot_sum_count)
+    for pair, out in ((cur.tpot_sum_count, tpot), (cur.itl_sum_count, itl)):
+        m = vm.histogram_mean(pair)
         if m is not None:
-            tpot["lifetime"] = m
-    if cur.itl_sum_count is not None:
-        m = _ratio(*cur.itl_sum_count)
-        if m is not None:
-            itl["lifetime"] = m
+            out["lifetime"] = m
 
     drafted_tps = accepted_tps = gen_tps = None
     if prev is not None and cur.time_s > prev.time_s:
@@ -273,6 +239,7 @@ def derive(
         d_acc = _delta(prev.accepted, cur.accepted, reset)
         d_pos: dict[int, float] = {}
         for p, v in cur.accepted_per_pos.items():
+            # A position new since the last poll counts from zero only after a restart.
             d = _delta(prev.accepted_per_pos.get(p, 0.0 if reset else None), v, reset)
             if d is not None:
                 d_pos[p] = d
@@ -296,9 +263,7 @@ def derive(
         ):
             if p_sc is None or c_sc is None:
                 continue
-            d_sum = _delta(p_sc[0], c_sc[0], reset)
-            d_count = _delta(p_sc[1], c_sc[1], reset)
-            m = _ratio(d_sum, d_count)
+            m = vm.histogram_mean(vm.histogram_increase(p_sc, c_sc, restarted=reset)[0])
             if m is not None:
                 out["interval"] = m
     return Derived(

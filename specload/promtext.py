@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "Family",
-    "Histogram",
     "Labels",
+    "PromHistogram",
     "PromTextError",
     "Sample",
     "Samples",
@@ -81,8 +81,12 @@ Samples = list[Sample]
 
 
 @dataclass(frozen=True, slots=True)
-class Histogram:
-    """Cumulative buckets ``(upper_bound, count)`` sorted by bound, plus sum and count."""
+class PromHistogram:
+    """A histogram family's value: cumulative buckets ``(upper_bound, count)``, sum, count.
+
+    Buckets are sorted by bound. Not :class:`specload.histogram.Histogram`, the load
+    generator's mergeable latency sketch.
+    """
 
     buckets: tuple[tuple[float, float], ...]
     sum: float
@@ -143,7 +147,7 @@ class Family:
     def label_values(self, label: str) -> set[str]:
         return {s.labels[label] for s in self.samples if label in s.labels}
 
-    def histogram(self, match: Mapping[str, str] | None = None) -> Histogram | None:
+    def histogram(self, match: Mapping[str, str] | None = None) -> PromHistogram | None:
         """Buckets, sum and count summed over the label sets matching ``match``.
 
         ``None`` when the family has no ``_count`` sample that matches.
@@ -172,7 +176,7 @@ class Family:
                 found = True
         if not found:
             return None
-        return Histogram(tuple(sorted(buckets.items())), total_sum, total_count)
+        return PromHistogram(tuple(sorted(buckets.items())), total_sum, total_count)
 
     def sum_count(self, match: Mapping[str, str] | None = None) -> tuple[float, float] | None:
         """Just a histogram's (or summary's) ``_sum`` and ``_count``: cheaper than buckets."""

@@ -31,7 +31,7 @@ from specload.sweep import readiness
 from specload.sweep.backend import LocustBackend
 from specload.sweep.driver import OutagePolicy, SweepDriver
 from specload.sweep.progress import Progress
-from specload.sweep.server import ServerProbe, http_scraper
+from specload.sweep.server_metrics import ServerProbe, http_scraper
 from specload.sweep.settings import SweepSettings
 from specload.urls import redact_url
 

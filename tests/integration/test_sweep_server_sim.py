@@ -7,7 +7,7 @@ import re
 import httpx
 import pytest
 
-from specload.sweep.server import ServerProbe, http_scraper
+from specload.sweep.server_metrics import ServerProbe, http_scraper
 
 pytestmark = pytest.mark.integration
 
@@ -29,10 +29,17 @@ def test_server_block_matches_raw_counter_deltas(sweep_sim):
     probe = ServerProbe(http_scraper(metrics))
     probe.start()
     for i in range(4):
-        r = httpx.post(sim.url + "/v1/chat/completions", timeout=30, json={
-            "model": "moonshotai/Kimi-K2.5", "max_tokens": 40 + i,
-            "messages": [{"role": "user", "content": f"Prove that sqrt(2) is irrational ({i})"}],
-        })
+        r = httpx.post(
+            sim.url + "/v1/chat/completions",
+            timeout=30,
+            json={
+                "model": "moonshotai/Kimi-K2.5",
+                "max_tokens": 40 + i,
+                "messages": [
+                    {"role": "user", "content": f"Prove that sqrt(2) is irrational ({i})"}
+                ],
+            },
+        )
         r.raise_for_status()
     block = probe.end()
     after = httpx.get(metrics).text
@@ -56,3 +63,8 @@ def test_server_block_matches_raw_counter_deltas(sweep_sim):
     assert tpot_count == 4
     assert block["mean_tpot_ms"] == pytest.approx(tpot_sum / tpot_count * 1000)
     assert block["requests_success"] == 4
+    queries = delta("vllm:prefix_cache_queries_total")
+    hits = delta("vllm:prefix_cache_hits_total")
+    assert queries > 0 and block["prefix_cache_queries"] == queries
+    assert block["prefix_cache_hits"] == hits
+    assert block["prefix_cache_hit_ratio"] == pytest.approx(hits / queries)

@@ -144,3 +144,27 @@ def test_v0_gauge_used_when_no_v1_counters() -> None:
     gauge_only = page.split("# TYPE vllm:spec_decode_num_draft", maxsplit=1)[0]
     only_gauge = extract(parse(gauge_only, keep), 1.0)
     assert derive(None, only_gauge).acceptance_ratio == {"lifetime": pytest.approx(0.42)}
+
+
+def test_legacy_names_of_older_vllm() -> None:
+    # vLLM <= 0.10: one per-token histogram, time_per_output_token_seconds (the ITL later
+    # renamed, and vLLM's TPOT then), and the KV cache usage gauge with its gpu_ prefix.
+    name = "vllm:time_per_output_token_seconds"
+
+    def old_page(total: float, count: float) -> str:
+        return (
+            f"# TYPE {name} histogram\n"
+            f'{name}_bucket{{le="+Inf",model_name="old"}} {count}\n'
+            f'{name}_sum{{model_name="old"}} {total}\n'
+            f'{name}_count{{model_name="old"}} {count}\n'
+            "# TYPE vllm:gpu_cache_usage_perc gauge\n"
+            'vllm:gpu_cache_usage_perc{model_name="old"} 0.5\n'
+        )
+
+    r0 = extract(parse(old_page(1.0, 100), keep), 1.0)
+    r1 = extract(parse(old_page(3.0, 200), keep), 2.0)
+    assert r1.model == "old"
+    d = derive(r0, r1)
+    assert d.itl_mean_s == {"lifetime": pytest.approx(0.015), "interval": pytest.approx(0.02)}
+    assert d.tpot_mean_s == d.itl_mean_s
+    assert d.kv_usage_ratio == 0.5

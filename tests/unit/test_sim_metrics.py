@@ -12,6 +12,7 @@ from simulator.engine import EngineCore, Sequence
 from simulator.metrics import EngineMetrics, buckets_1_2_5, cache_config_labels, process_families
 from simulator.variants import PRESETS
 from specload import promtext
+from specload import vllm_metrics as vm
 from tests.fixtures.vllm_families import (
     EMULATED_FAMILIES,
     SPEC_DECODE_FAMILIES,
@@ -42,7 +43,7 @@ def test_emulated_families_match_captured_vllm_0_32() -> None:
         assert name in real, f"{name} is not a vLLM 0.32 family"
         assert family_shape(sim, name) == family_shape(real, name), name
         assert sim[name].help == real[name].help, name
-    # Every family the issue lists is emulated.
+    # Every family specload reads, and the others listed, is emulated.
     for name in (*EMULATED_FAMILIES, *SPEC_DECODE_FAMILIES):
         assert name in sim, name
     # _created series as vLLM 0.32 shows them: their own gauge families.
@@ -91,14 +92,14 @@ def test_values_agree_with_what_the_engine_did() -> None:
         now += plan.duration_s
         core.complete(plan, now)
     expo = promtext.parse(metrics.render().decode())
-    assert expo["vllm:generation_tokens_total"].total() == sum(sent.values())
-    assert expo["vllm:prompt_tokens_total"].total() == sum(100 + r for r in range(6))
-    success = expo["vllm:request_success_total"].by_label("finished_reason")
+    assert expo[vm.GENERATION_TOKENS].total() == sum(sent.values())
+    assert expo[vm.PROMPT_TOKENS].total() == sum(100 + r for r in range(6))
+    success = expo[vm.REQUEST_SUCCESS].by_label("finished_reason")
     assert success["length"] == 3 and success["stop"] == 3
     assert sent == {r: 50 if r % 2 else 70 for r in range(6)}
     for name in (
-        "vllm:time_to_first_token_seconds",
-        "vllm:e2e_request_latency_seconds",
+        vm.TIME_TO_FIRST_TOKEN,
+        vm.E2E_LATENCY,
         "vllm:request_num_preemptions",
         "vllm:request_prefill_kv_computed_tokens",
         "vllm:request_generation_tokens",
@@ -107,10 +108,10 @@ def test_values_agree_with_what_the_engine_did() -> None:
         assert hist is not None and hist.count == 6, name
     generation = expo["vllm:request_generation_tokens"].histogram()
     assert generation is not None and generation.sum == sum(sent.values())
-    drafts = expo["vllm:spec_decode_num_drafts_total"].total()
-    draft_tokens = expo["vllm:spec_decode_num_draft_tokens_total"].total()
-    accepted = expo["vllm:spec_decode_num_accepted_tokens_total"].total()
-    per_pos = expo["vllm:spec_decode_num_accepted_tokens_per_pos_total"].by_label("position")
+    drafts = expo[vm.DRAFTS].total()
+    draft_tokens = expo[vm.DRAFT_TOKENS].total()
+    accepted = expo[vm.ACCEPTED].total()
+    per_pos = expo[vm.ACCEPTED_PER_POS].by_label("position")
     assert drafts and draft_tokens == 5 * drafts
     assert accepted is not None and 0 < accepted < draft_tokens
     assert sum(per_pos.values()) == accepted

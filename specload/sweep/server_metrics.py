@@ -1,10 +1,15 @@
 """The server's view of a level: vLLM ``/metrics`` scraped at its start and end.
 
-V1 formulas on counter deltas (acceptance rate = accepted / draft tokens; mean
-acceptance length = 1 + accepted / drafts; per-position acceptance = accepted
-at position / drafts), server-side mean TPOT from the
-``vllm:request_time_per_output_token_seconds`` histogram, generated tokens from
-``vllm:generation_tokens_total``; vLLM ≤0.9's gauges where they are what the
+:class:`ServerProbe` scrapes the server's metrics around a level; :func:`snapshot`
+reads the raw numbers of one scrape and :func:`server_block` turns two into the
+level's ``server`` block (keys in docs/results.md). The names (current and
+legacy), the reset-safe deltas and the formulas are :mod:`specload.vllm_metrics`'s,
+shared with the exporter: V1 formulas on counter deltas (acceptance rate =
+accepted / draft tokens; mean acceptance length = 1 + accepted / drafts;
+per-position acceptance = accepted at position / drafts), server-side mean TPOT
+from the ``vllm:request_time_per_output_token_seconds`` histogram, generated
+tokens from ``vllm:generation_tokens_total``, the prefix-cache hit ratio from
+its hits and queries counters; vLLM ≤0.9's gauges where they are what the
 server has. A counter that went down (the server restarted within the level)
 counts from zero and the block says ``counter_reset``.
 """
@@ -18,29 +23,31 @@ from typing import Any
 import httpx
 
 from specload import promtext
+from specload import vllm_metrics as vm
 
 Scrape = Callable[[], str]
 
-_COUNTERS = {
-    "generation_tokens": "vllm:generation_tokens_total",
-    "prompt_tokens": "vllm:prompt_tokens_total",
-    "spec_decode_num_drafts": "vllm:spec_decode_num_drafts_total",
-    "spec_decode_num_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-    "spec_decode_num_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+# Block key -> the counter's names (current first, then legacy ones).
+_COUNTERS: dict[str, tuple[str, ...]] = {
+    "generation_tokens": (vm.GENERATION_TOKENS,),
+    "prompt_tokens": (vm.PROMPT_TOKENS,),
+    "spec_decode_num_drafts": (vm.DRAFTS,),
+    "spec_decode_num_draft_tokens": (vm.DRAFT_TOKENS,),
+    "spec_decode_num_accepted_tokens": (vm.ACCEPTED,),
+    "requests_success": (vm.REQUEST_SUCCESS,),
+    "prefix_cache_queries": vm.PREFIX_CACHE_QUERIES_NAMES,
+    "prefix_cache_hits": vm.PREFIX_CACHE_HITS_NAMES,
 }
-_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-_REQUEST_SUCCESS = "vllm:request_success_total"
-_HISTOGRAMS = {
-    "tpot": "vllm:request_time_per_output_token_seconds",
-    "itl": "vllm:inter_token_latency_seconds",
-    "ttft": "vllm:time_to_first_token_seconds",
-    "e2el": "vllm:e2e_request_latency_seconds",
+# "mean_<key>_ms" -> the histogram's names.
+_HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "tpot": vm.TPOT_NAMES,
+    "itl": vm.ITL_NAMES,
+    "ttft": (vm.TIME_TO_FIRST_TOKEN,),
+    "e2el": (vm.E2E_LATENCY,),
 }
-# vLLM <= 0.10 named the per-token histogram this way (it is per output token).
-_OLD_TPOT = "vllm:time_per_output_token_seconds"
 _V0_GAUGES = {
-    "spec_decode_draft_acceptance_rate_gauge": "vllm:spec_decode_draft_acceptance_rate",
-    "spec_decode_efficiency_gauge": "vllm:spec_decode_efficiency",
+    "spec_decode_draft_acceptance_rate_gauge": vm.V0_DRAFT_ACCEPTANCE_RATE,
+    "spec_decode_efficiency_gauge": vm.V0_EFFICIENCY,
 }
 
 
@@ -66,38 +73,29 @@ def http_scraper(url: str, timeout_s: float = 5.0) -> Scrape:
 def snapshot(text: str) -> Snapshot:
     fams = promtext.parse(text)
     counters: dict[str, float] = {}
-    for key, name in {**_COUNTERS, "requests_success": _REQUEST_SUCCESS}.items():
-        fam = fams.get_family(name)
-        value = fam.total() if fam is not None else None
+    for key, names in _COUNTERS.items():
+        value = vm.counter_total(fams, names)
         if value is not None:
             counters[key] = value
     per_position: dict[str, float] = {}
-    fam = fams.get_family(_PER_POS)
+    fam = fams.get_family(vm.ACCEPTED_PER_POS)
     if fam is not None:
         per_position = fam.by_label("position")
     histograms: dict[str, tuple[float, float]] = {}
-    for key, name in _HISTOGRAMS.items():
-        fam = fams.get(name)
-        if fam is None and key == "tpot":
-            fam = fams.get(_OLD_TPOT)
-        pair = fam.sum_count() if fam is not None else None
+    for key, names in _HISTOGRAMS.items():
+        pair = vm.sum_count(fams, names)
         if pair is not None:
             histograms[key] = pair
     gauges: dict[str, float] = {}
     for key, name in _V0_GAUGES.items():
-        fam = fams.get(name)
-        value = fam.total() if fam is not None else None
+        value = vm.counter_total(fams, name)
         if value is not None:
             gauges[key] = value
     return Snapshot(counters, per_position, histograms, gauges)
 
 
-def _delta(start: float | None, end: float) -> tuple[float, bool]:
-    if start is None:
-        return end, False
-    if end < start:  # the server restarted: its counters began again at zero
-        return end, True
-    return end - start, False
+def _position_order(pos: str) -> int:
+    return int(pos) if pos.isdigit() else 0
 
 
 def server_block(start: Snapshot, end: Snapshot) -> dict[str, Any]:
@@ -105,31 +103,35 @@ def server_block(start: Snapshot, end: Snapshot) -> dict[str, Any]:
     block: dict[str, Any] = {}
     reset = False
     for key, value in end.counters.items():
-        delta, was_reset = _delta(start.counters.get(key), value)
+        delta, was_reset = vm.increase(start.counters.get(key), value)
         reset = reset or was_reset
         block[key] = delta
     drafts = block.get("spec_decode_num_drafts")
     draft_tokens = block.get("spec_decode_num_draft_tokens")
     accepted = block.get("spec_decode_num_accepted_tokens")
-    if draft_tokens and accepted is not None:
-        block["spec_decode_acceptance_rate"] = accepted / draft_tokens
-    if drafts and accepted is not None:
-        block["spec_decode_mean_acceptance_length"] = 1.0 + accepted / drafts
-        per_pos: dict[str, float] = {}
-        for pos in sorted(end.per_position, key=lambda p: int(p) if p.isdigit() else 0):
-            delta, was_reset = _delta(start.per_position.get(pos), end.per_position[pos])
+    rate = vm.acceptance_rate(accepted, draft_tokens)
+    if rate is not None:
+        block["spec_decode_acceptance_rate"] = rate
+    length = vm.mean_acceptance_length(accepted, drafts)
+    if length is not None:
+        block["spec_decode_mean_acceptance_length"] = length
+        per_pos_delta: dict[str, float] = {}
+        for pos in sorted(end.per_position, key=_position_order):
+            delta, was_reset = vm.increase(start.per_position.get(pos), end.per_position[pos])
             reset = reset or was_reset
-            per_pos[pos] = delta / drafts
+            per_pos_delta[pos] = delta
+        per_pos = vm.position_acceptance(per_pos_delta, drafts)
         if per_pos:
             block["spec_decode_acceptance_per_position"] = per_pos
-    for key, (end_sum, end_count) in end.histograms.items():
-        start_sum, start_count = start.histograms.get(key, (0.0, 0.0))
-        if end_count < start_count:
-            reset = True
-            start_sum, start_count = 0.0, 0.0
-        count = end_count - start_count
-        if count > 0:
-            block[f"mean_{key}_ms"] = (end_sum - start_sum) / count * 1000.0
+    hits = vm.hit_ratio(block.get("prefix_cache_hits"), block.get("prefix_cache_queries"))
+    if hits is not None:
+        block["prefix_cache_hit_ratio"] = hits
+    for key, end_pair in end.histograms.items():
+        pair, was_reset = vm.histogram_increase(start.histograms.get(key), end_pair)
+        reset = reset or was_reset
+        mean = vm.histogram_mean(pair)
+        if mean is not None:
+            block[f"mean_{key}_ms"] = mean * 1000.0
     block.update(end.gauges)
     if reset:
         block["counter_reset"] = True
