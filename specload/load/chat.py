@@ -2,7 +2,11 @@
 
 Faults in the target never escape: every failure becomes a record with
 ``ok=False`` and an ``error_kind`` (``refused``, ``reset``, ``timeout``,
-``http_<code>``, ``malformed``, ``malformed_usage``, ``no_done``, ``protocol``).
+``http_<code>``, ``content_type``, ``malformed``, ``malformed_usage``, ``no_done``,
+``protocol``). A 2xx answer must be ``text/event-stream`` (streamed) or JSON (not
+streamed), else it fails as ``content_type`` (detail: the type received, then the
+start of the body). :attr:`ChatRequester.retry_after_s` is the wait the last
+failed answer asked for (``Retry-After``), for the user's pacing.
 Nor do faults of specload's own meter and parsers (a bug): such a request ends
 as ``client_error`` (the exception's type and message), its connection closed,
 and the user goes on.
@@ -72,12 +76,15 @@ class ChatRequester:
         self.tokenizer = tokenizer
         self.worker = worker
         self._current: tuple[RequestRecord, StreamMeter] | None = None
+        # Seconds the last answer asked to wait (Retry-After of an error), else None.
+        self.retry_after_s: float | None = None
         host, port = url.host_port
         self.connection = Connection(host, port, tls=url.root.startswith("https:"))
         self._path = url.chat_completions.split("://", 1)[1]
         self._path = self._path[self._path.index("/") :]
         auth = f"Authorization: Bearer {settings.api_key}\r\n" if settings.api_key else ""
         accept = "text/event-stream" if settings.stream else "application/json"
+        self._expect = accept.encode()
         self._headers = (f"Content-Type: application/json\r\nAccept: {accept}\r\n{auth}").encode()
 
     def close(self) -> None:
@@ -116,6 +123,7 @@ class ChatRequester:
         t0 = time.perf_counter()
         meter = StreamMeter(t0, want_text=want_text, max_tokens=record.max_tokens)
         self._current = (record, meter)
+        self.retry_after_s = None
         body_parts: list[bytes] = []
         # The fused reader (C) takes whole reads of the chunked body; what it declines
         # comes to on_body below (and sets sse_pending while an event is incomplete).
@@ -143,7 +151,14 @@ class ChatRequester:
 
         try:
             status = self.connection.request(
-                "POST", self._path, body, headers, on_body, timeout_s=s.timeout_s, fast=fast
+                "POST",
+                self._path,
+                body,
+                headers,
+                on_body,
+                timeout_s=s.timeout_s,
+                fast=fast,
+                expect=self._expect,
             )
             record.http_status = status
             end = time.perf_counter()
@@ -167,8 +182,9 @@ class ChatRequester:
                 record.ok = True
         except RequestFailed as exc:
             record.error_kind = exc.kind
-            record.error_detail = exc.detail[:_DETAIL_CHARS]
+            record.error_detail = self._masked(exc.detail)[:_DETAIL_CHARS]
             record.http_status = exc.status
+            self.retry_after_s = exc.retry_after_s
             self._finish_failed(meter, record)
         except (MalformedChunk, EventTooLarge) as exc:
             # The rest of the stream is unread: the connection cannot be reused.
@@ -218,7 +234,9 @@ class ChatRequester:
             text = f"{type(exc).__name__}: {exc}"
         except Exception:  # an exception that cannot even be printed
             text = type(exc).__name__
+        record.error_detail = self._masked(text)[:_DETAIL_CHARS]
+
+    def _masked(self, text: str) -> str:
+        """``text`` with the API key blanked (an error page may quote it back)."""
         key = self.settings.api_key
-        if key:
-            text = text.replace(key, "<api key>")
-        record.error_detail = text[:_DETAIL_CHARS]
+        return text.replace(key, "<api key>") if key and key in text else text

@@ -4,7 +4,10 @@ A request is sent in one write; its response is read by the process's
 :class:`~specload.load.reactor.Reactor` (plain HTTP on gevent-patched sockets),
 else (TLS, ``SPECLOAD_REACTOR=0``, unpatched sockets) by the calling greenlet.
 A stale kept-alive connection is retried once on a fresh one. Failures raise
-:class:`~specload.load.failures.RequestFailed`.
+:class:`~specload.load.failures.RequestFailed`. A complete error answer (its body
+read to the end: ``Content-Length`` or chunked, at most
+:data:`~specload.load.response.MAX_DRAIN_BYTES`) without ``Connection: close``
+leaves the connection open for the next request; any other failure closes it.
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ class Connection:
         *,
         timeout_s: float | None = None,
         fast: FastReader | None = None,
+        expect: bytes | None = None,
     ) -> int:
         """Send a request and stream the body of a 2xx response to ``on_body``.
 
@@ -92,6 +96,9 @@ class Connection:
         once on a fresh one. Exceptions raised by ``on_body`` propagate.
         ``fast`` (optional): a fused reader tried first on each read of a
         chunked 2xx body (see :class:`FastReader`); ``on_body`` gets what it declines.
+        ``expect`` (optional): the media type a 2xx answer must have, else
+        ``RequestFailed("content_type")``. After a complete error answer that did not
+        say ``Connection: close`` the connection stays open.
         """
         head = (
             (
@@ -108,7 +115,7 @@ class Connection:
             if self._sock is None:
                 self._sock = self._connect()
             sock = self._sock
-            parser = ResponseParser(on_body, method, fast)
+            parser = ResponseParser(on_body, method, fast, expect)
             try:
                 raw: Any = getattr(sock, "_sock", None)
                 reactor = (
@@ -130,8 +137,6 @@ class Connection:
                     get_reactor().wait(raw, parser, left)
                 else:
                     self._read_blocking(sock, parser, left)
-                status = parser.result() if parser.keep_alive else self._closing(parser)
-                return status
             except Stale:
                 self.close()
                 if reused and not attempt:
@@ -152,11 +157,11 @@ class Connection:
                 # Malformed data, kills: the connection is in an unknown state.
                 self.close()
                 raise
+            # The response is complete: an error answer keeps a kept-alive connection.
+            if not parser.keep_alive:
+                self.close()
+            return parser.result()
         raise RequestFailed("reset", "connection closed before the response")
-
-    def _closing(self, parser: ResponseParser) -> int:
-        self.close()
-        return parser.result()
 
     def _read_blocking(
         self, sock: socket.socket, parser: ResponseParser, timeout_s: float | None

@@ -2,7 +2,8 @@
 
 Every family is built fresh on each scrape from counts kept here (fed with
 :meth:`ClientMetrics.observe` for every completed request), labelled with
-``variant``, ``model``, ``category`` and ``step``. Bucket boundaries:
+``variant``, ``model``, ``category`` and ``step``; the backoffs of users whose requests
+failed come with :meth:`ClientMetrics.observe_backoff`. Bucket boundaries:
 :data:`specload.histogram.LATENCY_BUCKETS_S` for TTFT, TTFCT and E2E,
 :data:`specload.histogram.ITL_BUCKETS_S` for TPOT and ITL.
 """
@@ -53,6 +54,8 @@ class _Series:
     truncated: int = 0
     chunks: int = 0
     coalesced: int = 0
+    backoffs: int = 0
+    backoff_s: float = 0.0
 
 
 class ClientMetrics:
@@ -67,11 +70,21 @@ class ClientMetrics:
         self._users = users
         self._lost = lost_requests
 
-    def observe(self, r: RequestRecord) -> None:
+    def _get(self, r: RequestRecord) -> _Series:
         key = (r.variant, r.model, r.category, r.step)
         s = self._series.get(key)
         if s is None:
             s = self._series[key] = _Series()
+        return s
+
+    def observe_backoff(self, r: RequestRecord, seconds: float) -> None:
+        """A user waits ``seconds`` after the failed request ``r`` (its labels)."""
+        s = self._get(r)
+        s.backoffs += 1
+        s.backoff_s += seconds
+
+    def observe(self, r: RequestRecord) -> None:
+        s = self._get(r)
         s.tokens["reasoning"] += r.tokens_reasoning
         s.tokens["content"] += r.tokens_content
         s.chunks += r.chunks
@@ -141,9 +154,19 @@ class ClientMetrics:
             "specload_client_coalesced_chunk_gaps", "Gaps between chunks of 0 s (several events "
             "read at once): there, per-chunk ITL is not measurable (TPOT is).", labels=LABELS,
         )
+        backoffs = CounterMetricFamily(
+            "specload_client_backoffs", "Waits of users after a failed request (backoff, "
+            "Retry-After), labelled as that request.", labels=LABELS,
+        )
+        backoff_s = CounterMetricFamily(
+            "specload_client_backoff_seconds", "Time users waited after failed requests "
+            "(backoff, Retry-After), labelled as the request before the wait.", labels=LABELS,
+        )
         for key, s in self._series.items():
             labels = list(key)
             coalesced.add_metric(labels, s.coalesced)
+            backoffs.add_metric(labels, s.backoffs)
+            backoff_s.add_metric(labels, s.backoff_s)
             for channel, n in s.tokens.items():
                 tok.add_metric([*labels, channel], n)
             for outcome, n in s.outcomes.items():
@@ -155,7 +178,7 @@ class ClientMetrics:
                 err.add_metric([*labels, kind], n)
             trunc.add_metric(labels, s.truncated)
             chunks.add_metric(labels, s.chunks)
-        yield from (tok, req, err, trunc, chunks, coalesced)
+        yield from (tok, req, err, trunc, chunks, coalesced, backoffs, backoff_s)
         yield GaugeMetricFamily("specload_client_users", "Locust users running.",
                                 value=self._users())
         yield CounterMetricFamily(

@@ -13,10 +13,11 @@ TOKEN_SOURCES = ("exact", "usage", "tokenizer", "chunks-estimate")
 # Error classes (``error_kind``); HTTP statuses appear as ``http_<code>``.
 # ``malformed_usage``: a usage object or token count the meter cannot believe;
 # ``unfinished``: still in flight at the drain deadline (partial tokens kept);
-# ``client_error``: a fault inside specload's own meter (never the target's).
+# ``client_error``: a fault inside specload's own meter (never the target's);
+# ``content_type``: a 2xx answer that is not text/event-stream (streamed) or JSON.
 ERROR_KINDS = (
     "refused", "reset", "timeout", "malformed", "malformed_usage", "no_done", "protocol",
-    "unfinished", "client_error", "http_<code>",
+    "content_type", "unfinished", "client_error", "http_<code>",
 )
 
 # Spacing (s) of the token-arrival samples a record keeps (``arrivals``).

@@ -1,4 +1,16 @@
-"""The Locust user: a closed-loop chat client sending reasoning-heavy prompts."""
+"""The Locust user: a closed-loop chat client sending reasoning-heavy prompts.
+
+A user whose requests fail is paced, so a failing target is not flooded: after its
+n-th failed request in a row it waits
+:func:`~specload.load.failures.backoff_s` (0.25 s doubling to 8 s; a success resets
+the count), and at least what the answer's ``Retry-After`` asked (at most
+:data:`~specload.load.failures.RETRY_AFTER_MAX_S`: :func:`~specload.load.failures.pause_s`).
+``client_error`` (a fault of specload's own code, not the target's) and
+``unfinished`` neither count nor reset. The wait comes
+after the record is published (no request is in flight meanwhile), is counted in
+the client metrics (``specload_client_backoffs_total``,
+``specload_client_backoff_seconds_total``) and ends at once when the user is stopped.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +19,20 @@ from typing import Any
 import gevent
 from gevent import GreenletExit
 from locust import User, constant, task
+from locust.exception import StopUser
+from locust.user.task import LOCUST_STATE_RUNNING, LOCUST_STATE_STOPPING, LOCUST_STATE_WAITING
 
 from specload.load import plugin as _plugin  # registers specload's options and messages
 from specload.load.chat import ChatRequester
-from specload.load.failures import RequestFailed
+from specload.load.failures import BACKOFF_FIRST_S, RequestFailed, pause_s
+from specload.load.records import RequestRecord
 from specload.load.session import LoadSession, get_session
 
 del _plugin
 
-REFUSED_BACKOFF_S = 0.25
+REFUSED_BACKOFF_S = BACKOFF_FIRST_S  # the wait after a first refused connection
+# Failures that say nothing of the target: they neither count nor reset the backoff.
+_NOT_COUNTED = frozenset({"client_error", "unfinished"})
 
 
 class ChatUser(User):
@@ -27,6 +44,7 @@ class ChatUser(User):
         super().__init__(environment)
         self._session: LoadSession = get_session(environment)
         self._requester: ChatRequester | None = None
+        self._failures = 0  # failed requests in a row (for the backoff)
 
     @task
     def chat(self) -> None:
@@ -37,8 +55,9 @@ class ChatUser(User):
             try:
                 self._requester = session.new_requester()
             except RequestFailed as exc:
-                session.complete(session.failed_record(prompt, step, exc))
-                gevent.sleep(REFUSED_BACKOFF_S * 2)
+                record = session.failed_record(prompt, step, exc)
+                session.complete(record)
+                self._pace(record, exc.retry_after_s)
                 return
         try:
             record = self._requester.send(prompt, step)
@@ -51,9 +70,26 @@ class ChatUser(User):
                 session.complete(partial)
             raise
         session.complete(record)
-        if record.error_kind == "refused":
-            # A target that is down (a reload): do not spin.
-            gevent.sleep(REFUSED_BACKOFF_S)
+        if not record.ok:
+            self._pace(record, getattr(self._requester, "retry_after_s", None))
+        else:
+            self._failures = 0
+
+    def _pace(self, record: RequestRecord, retry_after_s: float | None) -> None:
+        """After a failed request (published): wait as the backoff and Retry-After say."""
+        if record.error_kind in _NOT_COUNTED:
+            return
+        self._failures += 1
+        wait = pause_s(self._failures, retry_after_s)
+        if wait <= 0:
+            return
+        self._session.metrics.observe_backoff(record, wait)
+        # Waiting, as in Locust's own wait_time: a stop ends the wait at once.
+        self._state = LOCUST_STATE_WAITING
+        gevent.sleep(wait)
+        if self._state == LOCUST_STATE_STOPPING:
+            raise StopUser()
+        self._state = LOCUST_STATE_RUNNING
 
     def on_stop(self) -> None:
         if self._requester is not None:
