@@ -509,15 +509,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _resolve(args: argparse.Namespace) -> None:
+    """Defaults filled in and every option checked — before anything starts (a bad
+    ``--duration`` is one line now, not after the stack is up and a sweep has run)."""
+    from specload.load.options import MAX_TOKENS_LIMIT  # noqa: PLC0415
+    from specload.sweep.plan import build_plan  # noqa: PLC0415
+
     for key, (normal, quick) in DEFAULTS.items():
         if getattr(args, key) is None:
             setattr(args, key, quick if args.quick else normal)
     args.max_tokens = int(args.max_tokens)
+    if not 1 <= args.max_tokens <= MAX_TOKENS_LIMIT:
+        raise UsageError(f"--max-tokens: {args.max_tokens} must be between 1 and "
+                         f"{MAX_TOKENS_LIMIT:,}")
     args.time_scale = float(args.time_scale)
-    if not args.time_scale > 0:
+    if not (math.isfinite(args.time_scale) and args.time_scale > 0):
         raise UsageError(f"--time-scale: {args.time_scale} must be positive")
     args.load_time_s = parse_duration(args.load_time, name="--load-time", allow_zero=False)
     parse_duration(args.scrape_interval, name="--scrape-interval", allow_zero=False)
+    # The sweeps' levels and windows, checked as `specload run` will check them.
+    build_plan(concurrency=args.concurrency, request_rate=None, max_concurrency=None,
+               warmup=args.warmup, duration=args.duration, requests=None)
 
 
 OUTPUTS = ("baseline", "ngram", "comparison", "stack", "demo.json")

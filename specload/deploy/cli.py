@@ -20,6 +20,7 @@ from specload.deploy.execline import ExecLineError
 from specload.deploy.k8s import render
 from specload.deploy.systemd import rewrite_unit, unified_diff, variant_unit_path
 from specload.errors import UsageError
+from specload.results.writer import prepare_out_dir
 from specload.stack.plan import find_repo
 
 
@@ -121,8 +122,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_k8s(args: argparse.Namespace) -> int:
-    out = Path(args.out)
-    for warning in render(find_repo(args.repo), out, image=args.image, namespace=args.namespace):
+    repo = find_repo(args.repo)
+    out = prepare_out_dir(args.out)  # one line if it cannot be created or written
+    try:
+        warnings = render(repo, out, image=args.image, namespace=args.namespace)
+    except OSError as exc:
+        raise UsageError(
+            f"--out {str(out)!r}: cannot write {exc.filename or 'in it'} ({exc.strerror or exc})"
+        ) from None
+    for warning in warnings:
         print(f"specload: warning: {warning}", file=sys.stderr)
     print(f"wrote {out}; apply with: kubectl apply -k {out}", file=sys.stderr)
     return 0

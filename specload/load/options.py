@@ -8,7 +8,7 @@ from typing import Any
 
 from specload.errors import UsageError
 
-DEFAULT_METRICS_ADDRESS = "0.0.0.0:9647"
+DEFAULT_METRICS_ADDRESS = "127.0.0.1:9647"  # loopback; containers set 0.0.0.0 explicitly
 DEFAULT_STEP = "run"
 
 

@@ -22,6 +22,7 @@ report back, return to the pool.
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from collections.abc import Callable
@@ -76,7 +77,7 @@ class _WorkerCount:
     budget_seq: int = 0
     wanting: int = 0  # users waiting for budget, not yet granted
     redistributed: bool = False
-    lost_moved: int = 0  # its lost requests already given to other workers
+    step_received: int = 0  # records of the current step received from it
 
 
 class LoadSession:
@@ -142,6 +143,7 @@ class LoadSession:
                 count.budget_left = None
                 count.wanting = 0
                 count.redistributed = False
+                count.step_received = 0
             step = StepMessage(name, self.step_seq, None if budget is None else 0)
             runner.send_message(MSG_STEP, step.payload())
         self._wake()
@@ -242,8 +244,19 @@ class LoadSession:
         try:
             self._metrics_server, self.metrics_port = serve(self.metrics, address)
         except OSError as exc:
-            log.warning("specload: cannot serve client metrics on %s: %s", text, exc.strerror)
-            return
+            # Fail, not another port: Prometheus scrapes the address it was given, and a
+            # run serving nothing there (or another run's numbers) would go unnoticed.
+            busy = exc.errno == errno.EADDRINUSE
+            raise SystemExit(
+                f"specload: error: --metrics-address {text}: "
+                + (
+                    f"port {address[1]} is in use (another run?)"
+                    if busy
+                    else f"cannot listen ({exc.strerror or exc})"
+                )
+                + "; choose another with --metrics-address HOST:PORT "
+                "(env SPECLOAD_METRICS_ADDRESS; 127.0.0.1:0 for any free port) or off"
+            ) from None
         log.info("specload: client metrics on http://%s:%d/metrics", address[0], self.metrics_port)
 
     def _user_count(self) -> int:
@@ -461,6 +474,8 @@ class LoadSession:
             self._send_step(msg.node_id, count)
         for d in report.records:
             count.received += 1
+            if isinstance(d, dict) and d.get("step") == self.step:
+                count.step_received += 1
             try:
                 record = RequestRecord.from_dict(d)
             except (TypeError, KeyError, ValueError) as exc:
@@ -506,13 +521,11 @@ class LoadSession:
         if runner is None or self.budget is None or count.redistributed:
             return
         count.redistributed = True
-        granted = count.budget or 0
-        left = count.budget_left if count.budget_seq == self.step_seq else None
-        unspent = granted if left is None else max(0, min(left, granted))
-        lost = max(0, count.started - count.received - count.lost_moved)
-        count.lost_moved += lost
-        count.budget = 0
-        extra = unspent + lost
+        # Everything granted to it in this step that did not come back as a record: its
+        # unspent budget, its requests in flight, its records not yet sent — and grants
+        # it got after its last report, which its own counts cannot know.
+        extra = max(0, (count.budget or 0) - count.step_received)
+        count.budget = count.step_received
         if not extra:
             return
         self._pool += extra

@@ -22,7 +22,7 @@ import httpx
 from specload.errors import UsageError
 from specload.profile.analysis import ProfileReport, analyze
 from specload.profile.tracefile import TraceFileError, is_trace_file, read_header
-from specload.urls import ServerURL
+from specload.urls import ServerURL, redact_url
 
 #: Failure reasons (the ``reason`` label of ``specload_profile_failures_total``).
 REASON_NOT_ENABLED: Final = "profiler_not_enabled"
@@ -117,6 +117,9 @@ def _post(client: httpx.Client, url: str, timeout_s: float, what: str) -> None:
                            REASON_TIMEOUT) from exc
     except httpx.HTTPError as exc:
         raise CaptureError(f"{what}: cannot reach {url} ({exc.__class__.__name__})",
+                           REASON_UNREACHABLE) from exc
+    except httpx.InvalidURL as exc:  # not an HTTPError; the CLI checks --target before
+        raise CaptureError(f"{what}: {redact_url(url)} is not a valid URL",
                            REASON_UNREACHABLE) from exc
     if resp.status_code == 404:
         raise CaptureError(

@@ -7,13 +7,15 @@ import json
 import sys
 from pathlib import Path
 
+import httpx
+
 from specload.durations import parse_duration
 from specload.errors import UsageError
 from specload.profile.analysis import ProfileReport, analyze
 from specload.profile.capture import DEFAULT_SETTLE_S, DEFAULT_STOP_TIMEOUT_S, capture
 from specload.profile.render import render_text
 from specload.profile.tracefile import is_trace_file
-from specload.urls import parse_server_url
+from specload.urls import ServerURL, parse_server_url, redact_url
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,8 +84,19 @@ def _run_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+def _target(text: str) -> ServerURL:
+    """``--target`` as a base URL the HTTP client also accepts (``http://[::1]x:80`` and
+    other malformed IPv6 hosts are one line, not the client's traceback)."""
+    target = parse_server_url(text, name="--target")
+    try:
+        httpx.URL(target.join("/start_profile"))
+    except (httpx.InvalidURL, ValueError):
+        raise UsageError(f"--target: {redact_url(text)!r} is not a valid URL") from None
+    return target
+
+
 def _run_capture(args: argparse.Namespace) -> int:
-    target = parse_server_url(args.target, name="--target")
+    target = _target(args.target)
     seconds = parse_duration(args.seconds, name="--seconds", allow_zero=False)
     stop_timeout = parse_duration(args.stop_timeout, name="--stop-timeout", allow_zero=False)
     settle = parse_duration(args.settle, name="--settle")

@@ -4,15 +4,26 @@ Measured data is never lost: each record is written and flushed as its
 request completes (a killed run keeps every completed request), and
 ``summary.json`` is replaced atomically (write a temporary file in the same
 directory, fsync, rename), so a reader never sees half a file.
+
+A write that fails (a full disk) never leaves half a line: each record is one
+``os.write`` of the whole line, and a short write is cut back to the last whole
+line. The writer then stops writing records and remembers why (:attr:`ResultsWriter.error`);
+every summary written after that says ``status: failed`` with that reason. So that
+this last summary still fits on a full disk, the writer can hold a spare file of
+``spare_bytes`` allocated up front (``.summary.json.spare``), used only when the
+ordinary write fails. A summary that cannot be written keeps the last good one
+(:attr:`ResultsWriter.summary_error` says why).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import orjson
 
@@ -63,27 +74,106 @@ def prepare_out_dir(path: str | Path, *, name: str = "--out") -> Path:
     return out
 
 
+#: What ``specload run`` keeps allocated for its last summary on a full disk.
+SUMMARY_SPARE_BYTES = 1 << 20
+SPARE_SUFFIX = ".spare"
+_DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def write_failure(exc: OSError, what: str) -> str:
+    """One line: why ``what`` could not be written (``disk full: …`` for ENOSPC/EDQUOT)."""
+    detail = exc.strerror or str(exc) or type(exc).__name__
+    if exc.errno in _DISK_FULL:
+        return f"disk full: cannot write {what} ({detail})"
+    return f"cannot write {what} ({detail})"
+
+
 class ResultsWriter:
     """Owns one results directory for one run."""
 
-    def __init__(self, out_dir: str | Path) -> None:
+    def __init__(self, out_dir: str | Path, *, spare_bytes: int = 0) -> None:
         self.dir = prepare_out_dir(out_dir)
         self.requests_path = self.dir / REQUESTS_FILE
         self.summary_path = self.dir / SUMMARY_FILE
-        self._requests: IO[bytes] | None = self.requests_path.open("ab")
+        self._fd: int | None = os.open(
+            self.requests_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+        )
+        self._size = os.fstat(self._fd).st_size  # the end of the last whole line
         self.records_written = 0
+        self.records_dropped = 0  # not written after a failure
+        self.error: str | None = None  # why records stopped being written
+        self.summary_error: str | None = None  # why the last summary could not be written
+        self.spare_path = self.summary_path.with_name(f".{SUMMARY_FILE}{SPARE_SUFFIX}")
+        self._spare = _allocate(self.spare_path, spare_bytes) if spare_bytes > 0 else False
 
     def append(self, record: Mapping[str, Any]) -> None:
-        """Write one request record and flush it to the OS at once."""
-        fh = self._requests
-        if fh is None:
+        """Write one request record as one line, straight to the OS; after a failed write,
+        nothing more (see :attr:`error`)."""
+        fd = self._fd
+        if fd is None or self.error is not None:
+            self.records_dropped += 1
             return
-        fh.write(orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n")
-        fh.flush()
+        line = orjson.dumps(record, option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+        try:
+            written = os.write(fd, line)
+        except OSError as exc:
+            self._fail(exc)
+            return
+        if written != len(line):  # part of a line: cut back to the last whole one
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, self._size)
+            self._fail(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+            return
+        self._size += written
         self.records_written += 1
 
+    def _fail(self, exc: OSError) -> None:
+        self.records_dropped += 1
+        self.error = f"{write_failure(exc, REQUESTS_FILE)} after {self.records_written} records"
+
+    def mark(self, summary: Mapping[str, Any]) -> dict[str, Any]:
+        """``summary`` as it must be written: ``failed``, with the reason, once records
+        could not be written (a summary that says complete would hide the missing ones)."""
+        out = dict(summary)
+        if self.error is not None:
+            given = out.get("stop_reason")
+            out["status"] = "failed"
+            out["stop_reason"] = (
+                self.error if not given or given == self.error else f"{self.error}; then {given}"
+            )
+        return out
+
     def write_summary(self, summary: Mapping[str, Any]) -> None:
-        atomic_write_bytes(self.summary_path, dump_json(summary))
+        """Replace ``summary.json`` (as :meth:`mark` has it); on failure keep the last good
+        one and set :attr:`summary_error` (never raises an ``OSError``)."""
+        payload = dump_json(self.mark(summary))
+        try:
+            atomic_write_bytes(self.summary_path, payload)
+        except OSError as exc:
+            if self._spare and self._write_into_spare(payload):
+                self.summary_error = None
+                return
+            self.summary_error = write_failure(exc, SUMMARY_FILE)
+            return
+        self.summary_error = None
+
+    def _write_into_spare(self, payload: bytes) -> bool:
+        """The summary written into the spare's blocks (allocated up front), then renamed."""
+        self._spare = False  # one use: its blocks become summary.json's
+        try:
+            if self.spare_path.stat().st_size < len(payload):
+                return False
+            fd = os.open(self.spare_path, os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.pwrite(fd, payload, 0)
+                os.ftruncate(fd, len(payload))
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(self.spare_path, self.summary_path)
+        except OSError:
+            return False
+        return True
 
     def write_text(self, name: str, text: str) -> Path:
         path = self.dir / name
@@ -91,11 +181,42 @@ class ResultsWriter:
         return path
 
     def close(self) -> None:
-        if self._requests is not None:
-            self._requests.flush()
-            os.fsync(self._requests.fileno())
-            self._requests.close()
-            self._requests = None
+        """Flush the records to disk and drop the spare; a failure is kept in :attr:`error`."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                if self.error is None:
+                    self.error = f"{write_failure(exc, REQUESTS_FILE)} at the end"
+            finally:
+                os.close(fd)
+        self._spare = False
+        with contextlib.suppress(OSError):
+            self.spare_path.unlink(missing_ok=True)
+
+
+def _allocate(path: Path, size: int) -> bool:
+    """A file of ``size`` bytes whose blocks are allocated (False if there is no room)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    except OSError:
+        return False
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            os.pwrite(fd, bytes(size), 0)  # no fallocate here: write the blocks
+        os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return False
+    os.close(fd)
+    return True
 
 
 def read_summary(path: str | Path) -> dict[str, Any]:

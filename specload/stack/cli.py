@@ -30,7 +30,7 @@ from specload.durations import parse_duration
 from specload.errors import UsageError
 from specload.stack import procs
 from specload.stack.configs import write_configs
-from specload.stack.plan import Part, StackOptions, build_plan, find_repo
+from specload.stack.plan import Part, StackOptions, build_plan, check_options, find_repo
 from specload.stack.state import PartState, StackState, load, locked, remove, save
 
 DEFAULT_STATE_DIR = ".state/stack"
@@ -125,7 +125,7 @@ def _options(args: argparse.Namespace, state_dir: Path) -> StackOptions:
     time_scale = args.time_scale
     if time_scale is not None and not time_scale > 0:
         raise UsageError(f"--time-scale: {time_scale} must be greater than zero")
-    return StackOptions(
+    options = StackOptions(
         state_dir=state_dir,
         repo=find_repo(args.repo),
         variants=variants,
@@ -137,6 +137,8 @@ def _options(args: argparse.Namespace, state_dir: Path) -> StackOptions:
                                          allow_zero=False),
         baselines=tuple(Path(b).resolve() for b in getattr(args, "baseline", None) or ()),
     )
+    check_options(options)
+    return options
 
 
 def _part_state(part: Part) -> PartState:
@@ -198,10 +200,14 @@ def _up(args: argparse.Namespace, state_dir: Path) -> int:
                 )
             remove(state_dir)
         plan = build_plan(options)
-        write_configs(plan)
         state = StackState(str(state_dir), str(options.repo),
                            [_part_state(p) for p in plan.parts])
-        save(state)
+        try:
+            write_configs(plan)
+            save(state)
+        except OSError as exc:
+            raise UsageError(f"--state-dir {state_dir}: cannot write {exc.filename or 'in it'} "
+                             f"({exc.strerror or exc})") from None
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         popens: dict[str, subprocess.Popen[bytes]] = {}
         try:

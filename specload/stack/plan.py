@@ -20,6 +20,8 @@ import specload
 from specload.errors import UsageError
 
 HOST = "127.0.0.1"
+#: Locust workers ``up --workers`` starts at most (as ``specload run --workers``).
+MAX_WORKERS = 256
 
 #: Default ports; a variant's sim takes ``sim + i`` and ``control + i``.
 DEFAULT_PORTS: Mapping[str, int] = {
@@ -140,7 +142,8 @@ def allocate_ports(names: list[str], free_ports: bool) -> dict[str, int]:
     return ports
 
 
-def build_plan(options: StackOptions) -> Plan:
+def check_options(options: StackOptions) -> None:
+    """The options alone (variants, workers): one-line errors before anything is created."""
     if not options.variants:
         raise UsageError("--variants: give at least one variant")
     if len(set(options.variants)) != len(options.variants):
@@ -151,6 +154,12 @@ def build_plan(options: StackOptions) -> Plan:
             raise UsageError(f"--variants: {variant!r} is the name of another part")
     if options.workers < 0:
         raise UsageError(f"--workers: {options.workers} must be 0 or more")
+    if options.workers > MAX_WORKERS:
+        raise UsageError(f"--workers: {options.workers} is beyond the limit of {MAX_WORKERS}")
+
+
+def build_plan(options: StackOptions) -> Plan:
+    check_options(options)
     state = options.state_dir
     logs = state / "logs"
     python = sys.executable

@@ -86,9 +86,18 @@ def remove(state_dir: Path) -> None:
 
 @contextmanager
 def locked(state_dir: Path) -> Iterator[None]:
-    """One ``up``/``down`` at a time per state folder."""
-    state_dir.mkdir(parents=True, exist_ok=True)
-    with (state_dir / ".lock").open("w") as handle:
+    """One ``up``/``down`` at a time per state folder (created here: one line if it cannot be)."""
+    try:
+        state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"--state-dir {state_dir}: cannot create directory ({exc.strerror or exc})"
+        ) from None
+    try:
+        handle = (state_dir / ".lock").open("w")
+    except OSError as exc:
+        raise UsageError(f"--state-dir {state_dir}: not writable ({exc.strerror or exc})") from None
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -6,12 +6,15 @@ gevent; ``specload run`` imports it only when it runs.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -19,6 +22,7 @@ import gevent
 from locust import events
 from locust.argument_parser import get_parser
 from locust.env import Environment
+from locust.exception import RPCError
 from locust.runners import MasterRunner, Runner
 
 from specload import load as load_api
@@ -32,6 +36,29 @@ from specload.sweep.ports import free_port
 log = logging.getLogger("specload.sweep")
 
 WORKER_CONNECT_TIMEOUT_S = 60.0
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# What specload's session raises (as SystemExit, for Locust's own command line) on bad input.
+_ERROR_PREFIX = "specload: error: "
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that has the kernel send the child SIGTERM when this process dies
+    (even by ``kill -9``): local workers never outlive their master. Linux only (None
+    elsewhere; the worker's heartbeat watchdog still quits them within seconds)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the child
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # the master died before the line above
+            os._exit(1)
+
+    return preexec
 
 
 class LocustBackend:
@@ -76,10 +103,27 @@ class LocustBackend:
         )
         self.runner: Runner
         if self.distributed:
-            self.runner = self.env.create_master_runner(master_bind_host, self.master_bind_port)
+            try:
+                self.runner = self.env.create_master_runner(master_bind_host, self.master_bind_port)
+            except RPCError as exc:  # the port is taken, or the host is not this machine's
+                cause = " ".join(str(exc.__cause__ or exc).split())
+                raise UsageError(
+                    f"--master-bind-host/--master-bind-port {master_bind_host}:"
+                    f"{self.master_bind_port}: cannot listen for workers ({cause}); choose "
+                    "another port (or leave --master-bind-port out for a free one)"
+                ) from None
         else:
             self.runner = self.env.create_local_runner()
-        self.env.events.init.fire(environment=self.env, runner=self.runner, web_ui=None)  # type: ignore[no-untyped-call]
+        try:
+            self.env.events.init.fire(environment=self.env, runner=self.runner, web_ui=None)  # type: ignore[no-untyped-call]
+        except SystemExit as exc:
+            # The session's one-line errors (a taken --metrics-address, a bad prompt file)
+            # are bad input of `specload run`: exit 2, like every other option.
+            if isinstance(exc.code, str) and exc.code.startswith(_ERROR_PREFIX):
+                with contextlib.suppress(Exception):
+                    self.runner.quit()
+                raise UsageError(exc.code[len(_ERROR_PREFIX) :]) from None
+            raise
         self._worker_argv = list(worker_argv)
         self._worker_env = dict(worker_env)
 
@@ -116,7 +160,15 @@ class LocustBackend:
                 fh = (self.log_dir / f"worker-{i}.log").open("ab")
                 self._logs.append(fh)
                 out = fh
-            self._procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env))
+            self._procs.append(
+                subprocess.Popen(
+                    cmd,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    preexec_fn=die_with_parent(),  # noqa: PLW1509 (only prctl, no locks)
+                )
+            )
         assert isinstance(self.runner, MasterRunner)
         deadline = time.monotonic() + WORKER_CONNECT_TIMEOUT_S
         while len(self.runner.clients.ready) < self.expect_workers:

@@ -12,6 +12,12 @@ from dataclasses import dataclass
 from specload.durations import parse_duration
 from specload.errors import UsageError
 
+#: Bounds that keep a typo (``--concurrency 100000000000``, ``--request-rate 1e23``) from
+#: becoming a process that pins a core and fills memory without sending anything.
+MAX_CONCURRENCY = 100_000  # users of a level, and --max-concurrency
+MAX_REQUEST_RATE = 10_000.0  # arrivals per second of an open-loop level
+MAX_REQUESTS = 10_000_000  # --requests: a level's budget (it travels in runner messages)
+
 
 @dataclass(frozen=True)
 class Level:
@@ -75,7 +81,7 @@ class SweepPlan:
         return total
 
 
-def parse_int_list(text: str, *, name: str) -> list[int]:
+def parse_int_list(text: str, *, name: str, limit: int | None = None) -> list[int]:
     items = [part.strip() for part in str(text).split(",")]
     if not any(items):
         raise UsageError(f"{name}: empty list (give levels like 1,4,16,64)")
@@ -89,13 +95,15 @@ def parse_int_list(text: str, *, name: str) -> list[int]:
             raise UsageError(f"{name}: {item!r} is not a whole number") from None
         if value < 1:
             raise UsageError(f"{name}: {item!r} must be at least 1")
+        if limit is not None and value > limit:
+            raise UsageError(f"{name}: {item} is beyond the limit of {limit:,}")
         values.append(value)
     if len(set(values)) != len(values):
         raise UsageError(f"{name}: {text!r} repeats a level")
     return values
 
 
-def parse_float_list(text: str, *, name: str) -> list[float]:
+def parse_float_list(text: str, *, name: str, limit: float | None = None) -> list[float]:
     items = [part.strip() for part in str(text).split(",")]
     if not any(items):
         raise UsageError(f"{name}: empty list (give rates like 0.5,1,2)")
@@ -107,6 +115,8 @@ def parse_float_list(text: str, *, name: str) -> list[float]:
             raise UsageError(f"{name}: {item!r} is not a number") from None
         if not math.isfinite(value) or value <= 0:
             raise UsageError(f"{name}: {item!r} must be a positive number")
+        if limit is not None and value > limit:
+            raise UsageError(f"{name}: {item} is beyond the limit of {limit:,g} per second")
         values.append(value)
     if len(set(values)) != len(values):
         raise UsageError(f"{name}: {text!r} repeats a level")
@@ -132,14 +142,20 @@ def build_plan(
     if requests is not None:
         if requests < 1:
             raise UsageError(f"--requests: {requests} must be at least 1")
+        if requests > MAX_REQUESTS:
+            raise UsageError(f"--requests: {requests} is beyond the limit of {MAX_REQUESTS:,}")
     else:
         duration_s = parse_duration(
             duration if duration is not None else "60s", name="--duration", allow_zero=False
         )
     if max_concurrency is not None and max_concurrency < 1:
         raise UsageError(f"--max-concurrency: {max_concurrency} must be at least 1")
+    if max_concurrency is not None and max_concurrency > MAX_CONCURRENCY:
+        raise UsageError(
+            f"--max-concurrency: {max_concurrency} is beyond the limit of {MAX_CONCURRENCY:,}"
+        )
     if request_rate is not None:
-        rates = parse_float_list(request_rate, name="--request-rate")
+        rates = parse_float_list(request_rate, name="--request-rate", limit=MAX_REQUEST_RATE)
         cap = max_concurrency if max_concurrency is not None else 256
         levels = tuple(
             Level(i, None, rate, cap, warmup_s, duration_s, requests)
@@ -147,7 +163,9 @@ def build_plan(
         )
         return SweepPlan(levels, "open")
     counts = parse_int_list(
-        concurrency if concurrency is not None else "1,4,16,64", name="--concurrency"
+        concurrency if concurrency is not None else "1,4,16,64",
+        name="--concurrency",
+        limit=MAX_CONCURRENCY,
     )
     levels = tuple(
         Level(i, c, None, None, warmup_s, duration_s, requests) for i, c in enumerate(counts)

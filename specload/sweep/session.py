@@ -24,26 +24,43 @@ from typing import Any
 import gevent
 
 from specload import __version__
+from specload.load.records import RequestRecord
 from specload.redact import ScrubFilter
 from specload.results.report import summary_markdown
-from specload.results.writer import SUMMARY_MD_FILE, ResultsWriter
+from specload.results.writer import (
+    SUMMARY_FILE,
+    SUMMARY_MD_FILE,
+    SUMMARY_SPARE_BYTES,
+    ResultsWriter,
+    write_failure,
+)
 from specload.sweep import readiness
 from specload.sweep.backend import LocustBackend
 from specload.sweep.driver import OutagePolicy, SweepDriver
 from specload.sweep.progress import Progress
 from specload.sweep.server_metrics import ServerProbe, http_scraper
-from specload.sweep.settings import SweepSettings
+from specload.sweep.settings import SweepSettings, check_metrics_port
 from specload.urls import redact_url
 
 # Exit status of `specload run` (docs/sweep.md): 0 measured; 2 bad options; 3 stopped by an
-# outage; 4 every measured request failed; 130/143 interrupted by SIGINT/SIGTERM.
+# outage; 4 every measured request failed; 5 the results could not be written (a full
+# disk); 130/143 interrupted by SIGINT/SIGTERM.
 EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
 EXIT_OUTAGE = 3
 EXIT_ALL_FAILED = 4
+EXIT_WRITE_FAILED = 5
+
+
+class _LogFile(logging.FileHandler):
+    """run.log; a line that cannot be written (a full disk) is dropped, not a traceback on
+    stderr per line: the run says once why it stopped."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
 
 
 def _setup_logging(out_dir: Path, secrets: tuple[str, ...] = ()) -> logging.Handler:
-    handler = logging.FileHandler(out_dir / "run.log")
+    handler = _LogFile(out_dir / "run.log")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     # run.log never holds a URL's password or the API key, whoever logged it
     handler.addFilter(ScrubFilter(secrets))
@@ -60,7 +77,8 @@ def run_sweep(settings: SweepSettings) -> int:
     plan = settings.plan
     url = settings.url
     metrics_url = settings.metrics_url
-    writer = ResultsWriter(settings.out_dir)
+    check_metrics_port(settings.load.get("metrics_address"))
+    writer = ResultsWriter(settings.out_dir, spare_bytes=SUMMARY_SPARE_BYTES)
     log_handler = _setup_logging(writer.dir, (settings.api_key or "",))
     progress = Progress(settings.progress)
     backend: LocustBackend | None = None
@@ -111,6 +129,11 @@ def run_sweep(settings: SweepSettings) -> int:
                 on_wait=lambda left, problem: progress.countdown(left, problem, url.display),
             )
 
+        def write_record(record: RequestRecord) -> None:
+            writer.append(record.to_dict(include_histograms=True))
+            if writer.error is not None:  # a full disk: stop, nothing more can be kept
+                driver.request_stop(writer.error)
+
         driver = SweepDriver(
             plan,
             backend,
@@ -119,7 +142,7 @@ def run_sweep(settings: SweepSettings) -> int:
             sleep=gevent.sleep,
             # fsync in a thread: blocking file I/O would stall every user's stream
             on_summary=lambda s: gevent.get_hub().threadpool.apply(writer.write_summary, (s,)),
-            on_record_written=lambda r: writer.append(r.to_dict(include_histograms=True)),
+            on_record_written=write_record,
             server=server_probe if metrics_url else None,
             outage=OutagePolicy(
                 mode=settings.on_outage,
@@ -151,16 +174,25 @@ def run_sweep(settings: SweepSettings) -> int:
         backend.subscribe(driver.on_record)
         for signum in (signal.SIGINT, signal.SIGTERM):
             gevent.signal_handler(signum, driver.request_stop, signal.Signals(signum).name)
-        summary = driver.run()
+        summary = writer.mark(driver.run())
+        backend.close()  # the workers quit now, not after the plots
+        backend = None
         writer.close()
-        writer.write_text(SUMMARY_MD_FILE, summary_markdown(summary))
         plots: list[Path] = []
-        if settings.plots:
-            from specload.results.plots import write_plots  # noqa: PLC0415 (matplotlib: slow)
+        if writer.error is None and writer.summary_error is None:
+            try:
+                writer.write_text(SUMMARY_MD_FILE, summary_markdown(summary))
+                if settings.plots:
+                    from specload.results.plots import write_plots  # noqa: PLC0415 (slow)
 
-            plots = write_plots([summary], writer.dir)
+                    plots = write_plots([summary], writer.dir)
+            except OSError as exc:
+                writer.summary_error = write_failure(exc, f"{SUMMARY_MD_FILE} or the plots")
         progress.close()
         _report(progress, summary, writer, plots)
+        if writer.error is not None or writer.summary_error is not None:
+            progress.message(f"specload run: stopped: {_write_problem(writer)}")
+            return EXIT_WRITE_FAILED
         if summary["status"] == "interrupted":
             return EXIT_INTERRUPTED.get(str(summary.get("stop_reason")), 130)
         if summary["status"] == "failed":
@@ -182,6 +214,14 @@ def run_sweep(settings: SweepSettings) -> int:
             backend.close()
         logging.getLogger().removeHandler(log_handler)
         log_handler.close()
+
+
+def _write_problem(writer: ResultsWriter) -> str:
+    """One line: what could not be written, and what summary.json holds."""
+    parts = [p for p in (writer.error, writer.summary_error) if p]
+    if writer.summary_error is not None and SUMMARY_FILE in writer.summary_error:
+        parts.append(f"{writer.summary_path} keeps the last summary written")
+    return "; ".join(parts)
 
 
 def _errors(levels: list[dict[str, Any]]) -> Counter[str]:
@@ -217,6 +257,7 @@ def _report(
             )
     progress.message(
         f"{summary['status']}: {writer.records_written} requests in {writer.requests_path}; "
-        f"summary {writer.summary_path}, {writer.dir / SUMMARY_MD_FILE}"
+        f"summary {writer.summary_path}"
+        + (f", {md}" if (md := writer.dir / SUMMARY_MD_FILE).exists() else "")
         + ("; plots " + ", ".join(p.name for p in plots) if plots else "")
     )

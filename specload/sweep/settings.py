@@ -9,8 +9,10 @@ reads.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -20,11 +22,17 @@ from typing import Any, Literal, cast
 
 from specload.durations import parse_duration
 from specload.errors import UsageError
+from specload.load.metrics import parse_address
 from specload.load.options import validate as validate_load_options
 from specload.results.writer import prepare_out_dir
 from specload.sweep.options import LOAD_OPTIONS, worker_argv
 from specload.sweep.plan import SweepPlan, build_plan
 from specload.urls import ServerURL, parse_server_url, redact_url
+
+#: Local worker processes (``--workers``) and workers in all (``--expect-workers``): beyond
+#: these a typo would fork the machine to its knees or wait for workers that never come.
+MAX_LOCAL_WORKERS = 256
+MAX_EXPECT_WORKERS = 1024
 
 OnOutage = Literal["wait", "fail"]
 ProgressMode = Literal["auto", "rich", "plain", "off"]
@@ -122,6 +130,55 @@ def default_out_dir(variant: str) -> str:
     return os.path.join("results", f"{_slug(variant)}-{stamp}")
 
 
+def check_workers(workers: int, expect_workers: int | None, master_bind_port: int | None) -> None:
+    """``--workers``, ``--expect-workers`` and ``--master-bind-port`` within their bounds."""
+    if workers < 0:
+        raise UsageError(f"--workers: {workers} must be 0 or more")
+    if workers > MAX_LOCAL_WORKERS:
+        raise UsageError(
+            f"--workers: {workers} is beyond the limit of {MAX_LOCAL_WORKERS} local worker "
+            "processes (more load: --expect-workers with workers on other hosts)"
+        )
+    if expect_workers is not None:
+        if expect_workers < workers:
+            raise UsageError(
+                f"--expect-workers: {expect_workers} is fewer than --workers {workers}"
+            )
+        if expect_workers > MAX_EXPECT_WORKERS:
+            raise UsageError(
+                f"--expect-workers: {expect_workers} is beyond the limit of {MAX_EXPECT_WORKERS}"
+            )
+    if master_bind_port is not None and not 1 <= master_bind_port <= 65535:
+        raise UsageError(f"--master-bind-port: {master_bind_port} is not a port (1-65535)")
+
+
+def check_metrics_port(text: str | None) -> None:
+    """``--metrics-address``'s port is free now: the run checks it before its readiness gate,
+    so a taken port is one line at once, not after the model has loaded (the listener
+    fails the same way if the port is taken in between)."""
+    address = parse_address(text or "off")
+    if address is None or address[1] == 0:
+        return
+    host, port = address
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the listener does
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            busy = exc.errno == errno.EADDRINUSE
+            raise UsageError(
+                f"--metrics-address {text}: "
+                + (
+                    f"port {port} is in use (another run?)"
+                    if busy
+                    else f"cannot listen ({exc.strerror or exc})"
+                )
+                + "; choose another with --metrics-address HOST:PORT "
+                "(env SPECLOAD_METRICS_ADDRESS; 127.0.0.1:0 for any free port) or off"
+            ) from None
+
+
 def settings_from_args(args: argparse.Namespace) -> SweepSettings:
     """Check every option (one-line errors naming it) and resolve them; creates ``--out``."""
     validate_load_options(args)
@@ -134,12 +191,8 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         requests=args.requests,
     )
     url = parse_server_url(args.host)
-    if args.workers < 0:
-        raise UsageError(f"--workers: {args.workers} must be 0 or more")
-    if args.expect_workers is not None and args.expect_workers < args.workers:
-        raise UsageError(
-            f"--expect-workers: {args.expect_workers} is fewer than --workers {args.workers}"
-        )
+    check_workers(args.workers, args.expect_workers, args.master_bind_port)
+    parse_address(args.metrics_address or "off")  # a bad one is a one-line error
     metrics_url = metrics_url_of(args.metrics_url, url)
     ready_timeout_s = parse_duration(args.ready_timeout, name="--ready-timeout")
     outage_timeout_s = parse_duration(args.outage_timeout, name="--outage-timeout")
