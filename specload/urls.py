@@ -7,6 +7,7 @@ Users pass ``http://h:8000``, ``http://h:8000/``, ``http://h:8000/v1`` or
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
@@ -14,6 +15,9 @@ from specload.errors import UsageError
 from specload.redact import redact_url, scrub
 
 __all__ = ["ServerURL", "parse_server_url", "redact_text", "redact_url"]
+
+
+_BRACKETED = re.compile(r"\[[0-9A-Fa-f:.]+(%[A-Za-z0-9._~-]+)?\](:[0-9]*)?")
 
 
 def redact_text(text: str) -> str:
@@ -86,6 +90,10 @@ def parse_server_url(url: str, *, name: str = "--host") -> ServerURL:
         raise UsageError(f"{name}: {shown} is not a valid URL") from None
     if parts.scheme not in ("http", "https") or not hostname:
         raise UsageError(f"{name}: {shown} is not an http(s) URL")
+    hostport = parts.netloc.rpartition("@")[2]
+    bracketed = "[" in hostport or "]" in hostport
+    if bracketed and not _BRACKETED.fullmatch(hostport):  # "[::1]x:80", "[::1]]:80"
+        raise UsageError(f"{name}: {shown} is not a valid URL")
     try:
         _ = parts.port
     except ValueError:

@@ -189,14 +189,14 @@ class ClientMetrics:
 
 
 def parse_address(text: str) -> tuple[str, int] | None:
-    """``HOST:PORT``, ``:PORT`` or ``PORT`` -> (host, port); ``off``/empty -> None."""
+    """``HOST:PORT``, ``:PORT`` or ``PORT`` (loopback) -> (host, port); ``off``/empty -> None."""
     t = text.strip()
     if t.lower() in ("", "off", "none", "0"):
         return None
     host, sep, port = t.rpartition(":")
     if not sep:
-        host, port = "0.0.0.0", t
-    host = host.strip("[]") or "0.0.0.0"
+        host, port = "127.0.0.1", t
+    host = host.strip("[]") or "127.0.0.1"  # loopback unless told: 0.0.0.0:PORT
     try:
         number = int(port)
     except ValueError:

@@ -133,7 +133,7 @@ def test_client_metrics_families_and_labels() -> None:
 
 def test_parse_metrics_address() -> None:
     assert parse_address("off") is None
-    assert parse_address(":9647") == ("0.0.0.0", 9647)
+    assert parse_address(":9647") == ("127.0.0.1", 9647)
     assert parse_address("127.0.0.1:0") == ("127.0.0.1", 0)
     with pytest.raises(UsageError, match="--metrics-address"):
         parse_address("host:port")
