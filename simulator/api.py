@@ -6,7 +6,11 @@ reasoning in ``delta.reasoning`` (or ``reasoning_content``, or both), the
 finish reason on the last token chunk, a ``choices: []`` usage chunk with
 ``stream_options.include_usage``, cumulative usage on every chunk with
 ``continuous_usage_stats``, then ``data: [DONE]``. Every simulated token is one
-whitespace-separated word, so a client can count tokens in the text too.
+whitespace-separated word (its id's word, :mod:`simulator.text`), so a client can count
+tokens in the text too. With ``"return_token_ids": true`` the ids come too, where vLLM
+0.32 puts them: chat — ``prompt_token_ids`` at the top level of the first (role) chunk and
+of a whole response, ``token_ids`` in each choice; completions — both in the choice
+(``prompt_token_ids`` on the first chunk only).
 """
 
 from __future__ import annotations
@@ -24,24 +28,15 @@ import orjson
 from simulator.engine import Sequence
 from simulator.faults import STATUS_FAULTS, STATUS_TYPES, FaultConfig
 from simulator.http import HttpConnection, Request
-from simulator.workload import CATEGORY_HEADER, category_of, draw_workload, prompt_tokens_of
+from simulator.text import WORDS, prompt_token_ids
+from simulator.workload import CATEGORY_HEADER, category_of, draw_workload
 
 VLLM_VERSION = "0.32.0"
 SYSTEM_FINGERPRINT = f"vllm-{VLLM_VERSION}-sim"
 REASONING_FIELDS: tuple[str, ...] = ("reasoning", "reasoning_content", "both")
 
-_REASONING_TEXT = (
-    "so the next step is to check whether this holds for every case we have "
-    "and then compare it with what the question asks before we decide wait "
-    "maybe there is a simpler way let us reconsider the constraint again"
-)
-_CONTENT_TEXT = (
-    "the answer is that we use a small function which returns the result "
-    "for each input and here is how it works in practice with an example "
-    "below together with the expected output of the program"
-)
-REASONING_WORDS: tuple[str, ...] = tuple(" " + w for w in _REASONING_TEXT.split())
-CONTENT_WORDS: tuple[str, ...] = tuple(" " + w for w in _CONTENT_TEXT.split())
+#: Each token id's text: its word with a leading space.
+TOKEN_TEXT: tuple[str, ...] = tuple(" " + w for w in WORDS)
 
 
 def delta_members(reasoning_field: str, reasoning: str, content: str) -> str:
@@ -58,10 +53,10 @@ def delta_members(reasoning_field: str, reasoning: str, content: str) -> str:
 
 
 def one_token_deltas(reasoning_field: str) -> tuple[tuple[bytes, ...], tuple[bytes, ...]]:
-    """The ``delta`` members of a one-token chunk, per word: (reasoning words, content words),
+    """The ``delta`` members of a one-token chunk, per token id: (as reasoning, as content),
     looked up by the streaming fast path instead of formatted."""
-    reasoning = tuple(delta_members(reasoning_field, w, "").encode() for w in REASONING_WORDS)
-    content = tuple(delta_members(reasoning_field, "", w).encode() for w in CONTENT_WORDS)
+    reasoning = tuple(delta_members(reasoning_field, w, "").encode() for w in TOKEN_TEXT)
+    content = tuple(delta_members(reasoning_field, "", w).encode() for w in TOKEN_TEXT)
     return reasoning, content
 
 
@@ -71,8 +66,6 @@ _USAGE_JSON = (
     '"completion_tokens_details":{"reasoning_tokens":0}}'
 )
 _USAGE_BYTES = b',"usage":' + _USAGE_JSON.encode()
-_N_REASONING_WORDS = len(REASONING_WORDS)
-_N_CONTENT_WORDS = len(CONTENT_WORDS)
 _TOKEN_TAIL = b'},"logprobs":null,"finish_reason":null,"token_ids":null}]'
 
 
@@ -88,11 +81,16 @@ class ApiConfig:
     reasoning_field: str = "reasoning"
     fixed_workload: tuple[int, int] | None = None  # (reasoning, content) tokens for every request
     time_scale: float = 1.0  # told on /version, so results can say which clock they ran on
+    text_seed: int = 0  # the outputs' text: request i of a server gets seed (text_seed, i)
 
 
-def _words(words: tuple[str, ...], start: int, n: int) -> str:
-    size = len(words)
-    return "".join(words[(start + i) % size] for i in range(n))
+def _text(ids: list[int]) -> str:
+    text = TOKEN_TEXT
+    return "".join([text[i] for i in ids])
+
+
+def _id_list(ids: list[int]) -> str:
+    return "[" + ",".join(map(str, ids)) + "]"
 
 
 def error_body(message: str, err_type: str, code: int, param: str | None = None) -> bytes:
@@ -133,7 +131,9 @@ class Stream:
         "head",
         "include_usage",
         "model",
+        "prompt_ids",
         "prompt_tokens",
+        "return_ids",
         "rid_text",
         "seq",
         "stalled",
@@ -155,6 +155,8 @@ class Stream:
         prompt_tokens: int,
         fault: str | None,
         fault_at: int,
+        prompt_ids: list[int] | None = None,
+        return_ids: bool = False,
     ) -> None:
         self.api = api
         self.conn = conn
@@ -163,6 +165,8 @@ class Stream:
         self.include_usage = include_usage
         self.continuous = continuous
         self.prompt_tokens = prompt_tokens
+        self.prompt_ids = prompt_ids
+        self.return_ids = return_ids and prompt_ids is not None
         self.fault = fault
         self.fault_at = fault_at
         self.fault_done = False
@@ -182,9 +186,11 @@ class Stream:
         self.text_content: list[str] = []
         self.seq: Sequence | None = None
         # The fast path (see emit) serves streamed chat chunks that carry no role, no
-        # finish reason and no fault; None where it never applies.
+        # finish reason, no fault and no token ids; None where it never applies.
         self.fast_pre: bytes | None = (
-            (self.head + '{"index":0,"delta":{').encode() if streaming and not completion else None
+            (self.head + '{"index":0,"delta":{').encode()
+            if streaming and not completion and not self.return_ids
+            else None
         )
         self.fast_len = len(self.fast_pre or b"") + len(_TOKEN_TAIL) + 3
 
@@ -200,23 +206,43 @@ class Stream:
         usage = f',"usage":{self._usage()}' if self.continuous else ""
         if self.completion:
             return b""
+        prompt_ids = (
+            _id_list(self.prompt_ids) if self.return_ids and self.prompt_ids is not None else "null"
+        )
         return (
             self.head
             + '{"index":0,"delta":{"role":"assistant","content":""},'
             + '"logprobs":null,"finish_reason":null}]'
             + usage
-            + ',"prompt_token_ids":null,"prompt_text":null}\n\n'
+            + f',"prompt_token_ids":{prompt_ids},"prompt_text":null}}\n\n'
         ).encode()
 
-    def token_chunk(self, reasoning: str, content: str, finish: str | None) -> bytes:
+    def token_chunk(
+        self,
+        reasoning: str,
+        content: str,
+        finish: str | None,
+        ids: list[int] | None = None,
+        first: bool = False,
+    ) -> bytes:
         end = f'"finish_reason":"{finish}","stop_reason":null' if finish else '"finish_reason":null'
         usage = f',"usage":{self._usage()}' if self.continuous else ""
+        token_ids = _id_list(ids) if self.return_ids and ids is not None else "null"
         if self.completion:
             text = reasoning + content
-            body = f'{{"index":0,"text":"{text}","logprobs":null,{end},"token_ids":null}}]'
+            prompt = ""
+            if self.return_ids:  # vLLM: the prompt's ids on the first chunk only
+                ids_ = self.prompt_ids if first else None
+                prompt = f'"prompt_token_ids":{_id_list(ids_) if ids_ is not None else "null"},'
+            body = (
+                f'{{"index":0,"text":"{text}","logprobs":null,{end},{prompt}'
+                f'"token_ids":{token_ids}}}]'
+            )
         else:
             delta = self._delta(reasoning, content)
-            body = f'{{"index":0,"delta":{{{delta}}},"logprobs":null,{end},"token_ids":null}}]'
+            body = (
+                f'{{"index":0,"delta":{{{delta}}},"logprobs":null,{end},"token_ids":{token_ids}}}]'
+            )
         return (self.head + body + usage + "}\n\n").encode()
 
     def usage_chunk(self) -> bytes:
@@ -240,17 +266,18 @@ class Stream:
             n = r + c
             self.tokens += n
             self.api.tokens_sent += n
-            start_r = seq.generated - n
+            end = seq.generated
+            text = seq.text
+            ids = text.ids if text is not None and len(text.ids) >= end else seq.token_ids(end)
             if n == 1:
                 if r:
-                    delta = self.api.reasoning_deltas[start_r % _N_REASONING_WORDS]
+                    delta = self.api.reasoning_deltas[ids[end - 1]]
                 else:
-                    delta = self.api.content_deltas[
-                        (start_r - seq.reasoning_target) % _N_CONTENT_WORDS
-                    ]
+                    delta = self.api.content_deltas[ids[end - 1]]
             else:
-                reasoning = _words(REASONING_WORDS, start_r, r) if r else ""
-                content = _words(CONTENT_WORDS, start_r + r - seq.reasoning_target, c) if c else ""
+                start = end - n
+                reasoning = _text(ids[start : start + r]) if r else ""
+                content = _text(ids[start + r : end]) if c else ""
                 delta = self._delta(reasoning, content).encode()
             if self.continuous:
                 p, t = self.prompt_tokens, self.tokens
@@ -264,9 +291,11 @@ class Stream:
             size = self.fast_len + len(delta) + len(usage)
             transport.write(b"%x\r\n%s%s%s%s}\n\n\r\n" % (size, pre, delta, _TOKEN_TAIL, usage))
             return
-        start_r = seq.generated - r - c
-        reasoning = _words(REASONING_WORDS, start_r, r) if r else ""
-        content = _words(CONTENT_WORDS, start_r + r - seq.reasoning_target, c) if c else ""
+        end = seq.generated
+        start = end - r - c
+        ids = seq.token_ids(end)[start:end]
+        reasoning = _text(ids[:r]) if r else ""
+        content = _text(ids[r:]) if c else ""
         first = self.tokens == 0
         role = self.role_chunk() if first and self.streaming else b""
         self.tokens += r + c
@@ -292,7 +321,7 @@ class Stream:
         out = []
         if role:
             out.append(role)
-        out.append(self.token_chunk(reasoning, content, finish))
+        out.append(self.token_chunk(reasoning, content, finish, ids, first))
         if finish is not None:
             if self.include_usage:
                 out.append(self.usage_chunk())
@@ -328,6 +357,8 @@ class Stream:
     def _finish_whole(self, seq: Sequence, finish: str) -> None:
         reasoning = "".join(self.text_reasoning) or None
         content = "".join(self.text_content) or None
+        out_ids = seq.token_ids(seq.generated)[: seq.generated] if self.return_ids else None
+        prompt_ids = self.prompt_ids if self.return_ids else None
         usage = orjson.loads(self._usage())
         usage["prompt_tokens_details"] = None
         if self.completion:
@@ -343,9 +374,9 @@ class Stream:
                         "logprobs": None,
                         "finish_reason": finish,
                         "stop_reason": None,
-                        "token_ids": None,
+                        "token_ids": out_ids,
                         "prompt_logprobs": None,
-                        "prompt_token_ids": None,
+                        "prompt_token_ids": prompt_ids,
                     }
                 ],
                 "service_tier": None,
@@ -380,14 +411,14 @@ class Stream:
                         "logprobs": None,
                         "finish_reason": finish,
                         "stop_reason": None,
-                        "token_ids": None,
+                        "token_ids": out_ids,
                     }
                 ],
                 "service_tier": None,
                 "system_fingerprint": SYSTEM_FINGERPRINT,
                 "usage": usage,
                 "prompt_logprobs": None,
-                "prompt_token_ids": None,
+                "prompt_token_ids": prompt_ids,
                 "kv_transfer_params": None,
             }
         data = orjson.dumps(body)
@@ -620,8 +651,19 @@ class SimApi:
 
     def _generate(self, req: Request, conn: HttpConnection, *, completion: bool) -> None:
         body, prompt_text = self._parse(req, completion)
-        prompt_tokens = prompt_tokens_of(prompt_text)
+        prompt_ids = prompt_token_ids(prompt_text)
+        prompt_tokens = len(prompt_ids)
         max_tokens = self._max_tokens(body, prompt_tokens)
+        return_ids = body.get("return_token_ids")
+        if return_ids is not None and not isinstance(return_ids, bool):
+            raise BadRequest(
+                _validation_error(
+                    "bool_type",
+                    "body.return_token_ids",
+                    "Input should be a valid boolean",
+                    repr(return_ids)[:50],
+                )
+            )
         streaming = bool(body.get("stream", False))
         options = body.get("stream_options") or {}
         if not isinstance(options, dict):
@@ -650,9 +692,12 @@ class SimApi:
             prompt_tokens=prompt_tokens,
             fault=fault,
             fault_at=1 + int(self.rng.random() * max(1, target - 1)),
+            prompt_ids=prompt_ids,
+            return_ids=bool(return_ids),
         )
+        rid = next(self.seq_ids)
         seq = Sequence(
-            next(self.seq_ids),
+            rid,
             category=category,
             prompt_tokens=prompt_tokens,
             reasoning_tokens=reasoning,
@@ -660,6 +705,8 @@ class SimApi:
             max_tokens=max_tokens,
             arrival=time.monotonic(),
             emit=stream.emit,
+            prompt_ids=prompt_ids,
+            text_seed=self.config.text_seed * 1_000_003 + rid,
         )
         stream.seq = seq
         self.requests_served += 1

@@ -129,6 +129,8 @@ def run_virtual(
                 max_tokens=max_tokens,
                 arrival=t,
                 emit=on_emit,
+                # The text has its own seeds: the workload draws stay what they were.
+                text_seed=seed * 1_000_003 + next_index,
             )
         )
 

@@ -5,6 +5,18 @@
 virtual time in calibration), then calls :meth:`EngineCore.complete`, which
 hands each sequence the tokens the step produced (one chunk per sequence per
 step) and records vLLM's metrics.
+
+Two parts plug in:
+
+* ``cost`` — anything with :class:`CostModel`'s ``step(...) -> StepCost``
+  (:class:`StepCostModel`): the simulator's cost model, or a fitted curve
+  (``specload predict``);
+* ``speculator`` — a :class:`Speculator`: how many draft tokens a running sequence
+  verifies this step (``draft``, called in :meth:`EngineCore.plan`) and how many of them
+  the target accepts (``accept``, in :meth:`EngineCore.complete`). None for a
+  speculative variant means its own (:func:`simulator.speculation.speculator_for`:
+  vLLM's n-gram rule over the sequence's text, or EAGLE-3's acceptance draws);
+  ``specload predict`` replays recorded step sequences through it.
 """
 
 from __future__ import annotations
@@ -13,19 +25,56 @@ import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from simulator.costmodel import CostModel, StepCost
+from simulator.costmodel import StepCost
 from simulator.metrics import EngineMetrics
+from simulator.speculation import speculator_for
+from simulator.text import TextStream, synthetic_prompt_ids
 from simulator.variants import Variant
 
 # emit(seq, reasoning_tokens, content_tokens, finish_reason or None, now)
 EmitFn = Callable[["Sequence", int, int, str | None, float], None]
 
 
+class StepCostModel(Protocol):
+    """What the engine asks of a cost model (:class:`simulator.costmodel.CostModel`)."""
+
+    def step(
+        self,
+        *,
+        decode_tokens: int,
+        num_seqs: int,
+        context_tokens: float,
+        query_extra_context: float = 0.0,
+        prefill_tokens: int = 0,
+        draft_s: float = 0.0,
+        expert_tokens: float | None = None,
+    ) -> StepCost: ...
+
+
+class Speculator(Protocol):
+    """Speculative decoding, per running sequence and step."""
+
+    def draft(self, seq: Sequence) -> int:
+        """Draft tokens ``seq`` verifies in the step being planned (0: none)."""
+        ...
+
+    def accept(self, seq: Sequence, drafts: int) -> int:
+        """Of the ``drafts`` verified, how many the target accepted (a prefix)."""
+        ...
+
+
 class Sequence:
-    """One request inside the engine."""
+    """One request inside the engine.
+
+    Its tokens: ``prompt_ids`` (given, or made up to ``prompt_tokens`` on first use) and the
+    output's ids from a :class:`~simulator.text.TextStream` seeded by ``text_seed``
+    (:meth:`token_ids`, generated as far as asked). ``replay`` is the speculator's state.
+    """
 
     __slots__ = (
+        "_prompt_ids",
         "aborted",
         "arrival",
         "category",
@@ -37,9 +86,12 @@ class Sequence:
         "max_tokens",
         "prompt_tokens",
         "reasoning_target",
+        "replay",
         "rid",
         "scheduled",
         "target",
+        "text",
+        "text_seed",
     )
 
     def __init__(
@@ -53,10 +105,16 @@ class Sequence:
         max_tokens: int,
         arrival: float,
         emit: EmitFn,
+        prompt_ids: list[int] | None = None,
+        text_seed: int | None = None,
     ) -> None:
         self.rid = rid
         self.category = category
-        self.prompt_tokens = prompt_tokens
+        self.prompt_tokens = prompt_tokens if prompt_ids is None else len(prompt_ids)
+        self._prompt_ids = prompt_ids
+        self.text_seed = rid if text_seed is None else text_seed
+        self.text: TextStream | None = None
+        self.replay: object | None = None
         self.reasoning_target = reasoning_tokens
         self.content_target = content_tokens
         self.max_tokens = max_tokens
@@ -73,6 +131,20 @@ class Sequence:
     def finish_reason(self) -> str:
         return "length" if self.reasoning_target + self.content_target > self.max_tokens else "stop"
 
+    def prompt_ids(self) -> list[int]:
+        ids = self._prompt_ids
+        if ids is None:
+            ids = self._prompt_ids = synthetic_prompt_ids(self.prompt_tokens, self.text_seed)
+        return ids
+
+    def token_ids(self, n: int) -> list[int]:
+        """The output's ids, at least ``n`` of them (more may follow: what the model would
+        write past ``max_tokens``)."""
+        text = self.text
+        if text is None:
+            text = self.text = TextStream(self.category, self.reasoning_target, self.text_seed)
+        return text.ensure(n)
+
     def split(self, n: int) -> tuple[int, int]:
         """How the next ``n`` tokens divide into (reasoning, content): reasoning first."""
         reasoning_left = max(0, self.reasoning_target - self.generated)
@@ -80,7 +152,7 @@ class Sequence:
         return r, n - r
 
 
-@dataclass
+@dataclass(slots=True)
 class StepPlan:
     prefill: list[Sequence]
     decode: list[tuple[Sequence, int]]  # (sequence, draft tokens this step)
@@ -89,6 +161,7 @@ class StepPlan:
     prefill_tokens: int
     decode_tokens: int
     decode_tokens_out: int = 0  # tokens the step produced (set by complete)
+    context_tokens: int = 0  # Σ context over the decoding sequences
 
 
 @dataclass
@@ -100,7 +173,7 @@ class SchedulerLimits:
 
 @dataclass
 class EngineCore:
-    cost: CostModel
+    cost: StepCostModel
     variant: Variant
     metrics: EngineMetrics
     rng: random.Random
@@ -112,6 +185,12 @@ class EngineCore:
     steps: int = 0
     last_step_end: float = -1.0  # when the previous step ended (its sequences' last token)
     on_step: Callable[[StepPlan, float], None] | None = None
+    # None: the variant's own (none without speculation).
+    speculator: Speculator | None = None
+
+    def __post_init__(self) -> None:
+        if self.speculator is None and self.variant.speculative:
+            self.speculator = speculator_for(self.variant, self.rng)
 
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
@@ -161,35 +240,49 @@ class EngineCore:
             prefill_tokens += seq.prompt_tokens
             self.kv_tokens += seq.prompt_tokens
         variant = self.variant
-        k = variant.num_speculative_tokens if variant.speculative else 0
         decode: list[tuple[Sequence, int]] = []
         decode_tokens = 0
         context = 0
         extra = 0
-        rng = self.rng
-        for seq in self.running:
-            drafts = k if k and variant.proposes(seq.category, rng) else 0
-            ctx = seq.prompt_tokens + seq.generated
-            decode.append((seq, drafts))
-            decode_tokens += 1 + drafts
-            context += ctx
-            extra += ctx * drafts
+        spec = self.speculator
+        if spec is None:
+            for seq in self.running:
+                decode.append((seq, 0))
+                context += seq.prompt_tokens + seq.generated
+            decode_tokens = len(decode)
+        else:
+            draft = spec.draft
+            for seq in self.running:
+                drafts = draft(seq)
+                ctx = seq.prompt_tokens + seq.generated
+                decode.append((seq, drafts))
+                decode_tokens += 1 + drafts
+                context += ctx
+                extra += ctx * drafts
         if not prefill and not decode:
             return None
+        n_decode = len(decode)
         cost = self.cost.step(
             decode_tokens=decode_tokens,
-            num_seqs=len(decode) + len(prefill),
+            num_seqs=n_decode + len(prefill),
             context_tokens=context,
             query_extra_context=extra,
             prefill_tokens=prefill_tokens,
-            draft_s=variant.draft_cost_s(len(decode)),
+            draft_s=variant.draft_cost_s(n_decode) if variant.speculative else 0.0,
             expert_tokens=decode_tokens
             + prefill_tokens
-            - (1.0 - variant.draft_expert_novelty) * (decode_tokens - len(decode)),
+            - (1.0 - variant.draft_expert_novelty) * (decode_tokens - n_decode),
         )
-        self._gauges()
+        if prefill:  # admission moved sequences out of the queue and into the KV cache
+            self._gauges()
         return StepPlan(
-            prefill, decode, cost, cost.total_s * self.step_factor, prefill_tokens, decode_tokens
+            prefill,
+            decode,
+            cost,
+            cost.total_s * self.step_factor,
+            prefill_tokens,
+            decode_tokens,
+            context_tokens=context,
         )
 
     def complete(self, plan: StepPlan, now: float) -> None:
@@ -198,31 +291,26 @@ class EngineCore:
         self.steps += 1
         generated = 0
         finished: list[Sequence] = []
-        rng = self.rng
-        variant = self.variant
-        accept_cache: dict[str, list[float]] = {}
+        spec = self.speculator
+        accept = spec.accept if spec is not None else None
+        per_pos = m.spec_accepted_per_pos
+        n_drafts = n_draft_tokens = n_accepted = 0
         common_last = self.last_step_end
         common_n = 0
         for seq, drafts in plan.decode:
             if seq.aborted:
                 continue
             done = seq.generated
-            if drafts:
-                accepted = 0
-                probs = accept_cache.get(seq.category)
-                if probs is None:
-                    probs = accept_cache[seq.category] = variant.position_acceptance(seq.category)
-                for p in probs[:drafts]:
-                    if rng.random() >= p:
-                        break
-                    accepted += 1
-                m.spec_drafts.value += 1
-                m.spec_draft_tokens.value += drafts
-                m.spec_accepted_tokens.value += accepted
-                per_pos = m.spec_accepted_per_pos
+            if drafts and accept is not None:
+                accepted = accept(seq, drafts)
+                n_drafts += 1
+                n_draft_tokens += drafts
+                n_accepted += accepted
                 for i in range(accepted):
                     per_pos[i].value += 1
-                n = min(1 + accepted, seq.target - done)
+                n = 1 + accepted
+                if n > seq.target - done:  # noqa: PLR1730 (cheaper than min() here)
+                    n = seq.target - done
             else:
                 n = 1  # a running sequence has at least one token to go
             # Sequence.split, inlined: reasoning first.
@@ -258,6 +346,10 @@ class EngineCore:
                 seq.emit(seq, r, c, seq.finish_reason, now)
             else:
                 seq.emit(seq, r, c, None, now)
+        if n_drafts:
+            m.spec_drafts.value += n_drafts
+            m.spec_draft_tokens.value += n_draft_tokens
+            m.spec_accepted_tokens.value += n_accepted
         if common_n:
             m.h_itl.observe_many(now - common_last, common_n)
         self.kv_tokens += generated

@@ -116,6 +116,8 @@ SPEC_BOUNDS: Final[Mapping[str, Bound]] = {
 PROBABILITY: Final = Bound(0.0, 1.0)
 #: ``--spec method=…``.
 SPEC_METHODS: Final = ("ngram", "eagle3")
+#: ``--spec acceptance_model=…``.
+ACCEPTANCE_MODELS: Final = ("text", "probabilistic")
 
 #: Command-line flags (``--name``: bound).
 FLAG_BOUNDS: Final[Mapping[str, Bound]] = {

@@ -44,6 +44,7 @@ from simulator.http import HttpConnection, Request, serve
 from simulator.limits import DEGRADE_AFTER, DEGRADE_FACTOR, RELOAD_LOAD_TIME
 from simulator.metrics import EngineMetrics, cache_config_labels, process_families
 from simulator.profiler import Profiler
+from simulator.speculation import speculator_for
 from simulator.variants import Variant, variant_named
 from specload.errors import UsageError
 
@@ -322,7 +323,15 @@ class SimServer:
                 kv_cache_tokens=limits.kv_cache_tokens,
             )
         else:
-            core = EngineCore(config.cost, variant, metrics, random.Random(rng.random()), limits)
+            core_rng = random.Random(rng.random())
+            core = EngineCore(
+                config.cost,
+                variant,
+                metrics,
+                core_rng,
+                limits,
+                speculator=speculator_for(variant, core_rng, max_model_len=config.max_model_len),
+            )
             driver = SteppingDriver(
                 core,
                 time_scale=config.time_scale,
@@ -342,6 +351,7 @@ class SimServer:
                 reasoning_field=config.reasoning_field,
                 fixed_workload=fixed_workload,
                 time_scale=config.time_scale,
+                text_seed=config.seed,
             ),
             driver=driver,
             metrics_text=self._metrics_text,

@@ -1,12 +1,17 @@
 """Service variants as presets: baseline, n-gram speculation, an EAGLE-3 draft head.
 
-Speculation proposes ``num_speculative_tokens`` (k) draft tokens; the target
-verifies k+1 tokens per sequence in one step. Acceptance is sequential: draft
-position i (1-based) is accepted with probability
-``acceptance[category] x acceptance_scale x acceptance_decay^(i-1)`` given that
-all earlier positions were accepted. N-gram lookup finds a draft only in a
-fraction ``proposal_rate[category]`` of steps (reasoning text repeats little);
-without a draft the sequence verifies one token.
+Speculation proposes up to ``num_speculative_tokens`` (k) draft tokens; the target
+verifies 1 + drafts tokens per sequence in one step (:mod:`simulator.speculation`).
+
+* ``acceptance_model="text"`` (the n-gram preset): vLLM's n-gram proposer runs over the
+  sequence's own token ids (:mod:`simulator.text`) and a draft token is accepted exactly when
+  it is the sequence's next token — acceptance emerges from the text.
+* ``acceptance_model="probabilistic"`` (EAGLE-3; n-gram when ``--spec acceptance`` or
+  ``proposal_rate`` is given): a draft of k tokens in ``proposal_rate[category]`` of the
+  steps, draft position i (1-based) accepted with probability
+  ``acceptance[category] x acceptance_scale x acceptance_decay^(i-1)`` given that all
+  earlier positions were. The n-gram preset keeps its probabilistic tables: they are what
+  its text calibration aims at (docs/simulator.md).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from dataclasses import dataclass, field, replace
 import orjson
 
 from simulator.costmodel import _coerce
-from simulator.limits import PROBABILITY, SPEC_BOUNDS, SPEC_METHODS
+from simulator.limits import ACCEPTANCE_MODELS, PROBABILITY, SPEC_BOUNDS, SPEC_METHODS
 from simulator.workload import CATEGORIES
 from specload.errors import UsageError
 
@@ -46,6 +51,8 @@ class Variant:
     # 1.0 = a fresh set of experts (n-gram copies from elsewhere in the context),
     # lower = plausible continuations that reuse their sequence's experts (EAGLE-3).
     draft_expert_novelty: float = 1.0
+    # "text": the n-gram proposer over the generated text; "probabilistic": the tables above.
+    acceptance_model: str = "probabilistic"
 
     @property
     def speculative(self) -> bool:
@@ -102,7 +109,22 @@ class Variant:
             raise UsageError(
                 f"--spec method={scalar['method']}: must be one of {', '.join(SPEC_METHODS)}"
             )
+        model = scalar.get("acceptance_model")
+        if model is not None and model not in ACCEPTANCE_MODELS:
+            raise UsageError(
+                f"--spec acceptance_model={model}: must be one of {', '.join(ACCEPTANCE_MODELS)}"
+            )
+        if model is None:
+            if "acceptance" in overrides or "proposal_rate" in overrides:
+                scalar["acceptance_model"] = "probabilistic"  # the tables were asked for
+            elif "method" in scalar:
+                ngram = scalar["method"] == "ngram"
+                scalar["acceptance_model"] = "text" if ngram else "probabilistic"
         changed = replace(self, **_coerce(self, scalar, "--spec", SPEC_BOUNDS))
+        if changed.acceptance_model == "text" and changed.method not in ("", "ngram"):
+            raise UsageError(
+                f"--spec acceptance_model=text: only for method ngram (not {changed.method})"
+            )
         if changed.prompt_lookup_min > changed.prompt_lookup_max:
             raise UsageError(
                 f"--spec prompt_lookup_min={changed.prompt_lookup_min}: must be at most "
@@ -134,8 +156,9 @@ def _per_category(name: str, text: str) -> dict[str, float]:
     return out
 
 
-# Reasoning text repeats little: n-gram lookups rarely match and drafts are rarely accepted.
-# Coding repeats identifiers and code from the prompt, so it loses least.
+# Reasoning text repeats little: drafts are rarely accepted. Coding and structured answers
+# repeat what the reasoning drafted, so they lose least. With the text model these tables are
+# the calibration targets (and the model of ``--spec acceptance_model=probabilistic``).
 NGRAM = Variant(
     name="ngram",
     method="ngram",
@@ -158,6 +181,7 @@ NGRAM = Variant(
     draft_s_per_seq=60e-6,
     prompt_lookup_max=4,
     prompt_lookup_min=2,
+    acceptance_model="text",
 )
 
 EAGLE3 = Variant(

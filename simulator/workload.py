@@ -13,6 +13,8 @@ import random
 import zlib
 from dataclasses import dataclass
 
+from simulator.text import prompt_token_ids
+
 CATEGORIES: tuple[str, ...] = ("coding", "math", "structured", "explanation", "long_reasoning")
 # The four prompt types of the reference table (long_reasoning is the fifth prompt,
 # the one that exhausted max_tokens, and is not part of the ~74 tok/s average).
@@ -78,8 +80,10 @@ def category_of(header: str | None, prompt_text: str) -> str:
 
 
 def prompt_tokens_of(text: str) -> int:
-    """A deterministic token estimate: about 4 characters a token, plus chat-template overhead."""
-    return max(1, (len(text) + 3) // 4) + 8
+    """Prompt tokens as the simulated tokenizer counts them
+    (:func:`simulator.text.prompt_token_ids`: the chat template, then a core word as one
+    token, any other word one per 4 characters)."""
+    return len(prompt_token_ids(text))
 
 
 @dataclass(frozen=True)

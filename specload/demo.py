@@ -124,27 +124,40 @@ def stack_up(ctx: DemoContext) -> None:
     try:
         code = _stack(
             "up",
-            "--state-dir", str(ctx.state_dir),
-            "--variants", SERVER,
+            "--state-dir",
+            str(ctx.state_dir),
+            "--variants",
+            SERVER,
             "--free-ports",
-            "--load-time", f"{args.load_time_s:g}s",
-            "--time-scale", f"{args.time_scale:g}",
-            "--scrape-interval", args.scrape_interval,
-            "--baseline", str(ctx.baseline_file),
-            "--timeout", "120s",
+            "--load-time",
+            f"{args.load_time_s:g}s",
+            "--time-scale",
+            f"{args.time_scale:g}",
+            "--scrape-interval",
+            args.scrape_interval,
+            "--baseline",
+            str(ctx.baseline_file),
+            "--timeout",
+            "120s",
         )
     except UsageError:
         ctx.stack_running = False  # refused before starting anything
         raise
     if code != 0:
         ctx.stack_running = False  # `up` stopped what it had started
-        raise UsageError(f"demo: the stack did not come up; logs in {ctx.state_dir / 'logs'}",
-                         exit_code=1)
+        raise UsageError(
+            f"demo: the stack did not come up; logs in {ctx.state_dir / 'logs'}", exit_code=1
+        )
     state = load(ctx.state_dir)
     assert state is not None
     ctx.stack = {
-        p.name: {"kind": p.kind, "url": p.url, "ports": p.ports, "pid": p.pid,
-                 "start_ticks": p.start_ticks}
+        p.name: {
+            "kind": p.kind,
+            "url": p.url,
+            "ports": p.ports,
+            "pid": p.pid,
+            "start_ticks": p.start_ticks,
+        }
         for p in state.parts
     }
     ctx.prometheus = PrometheusAPI(str(ctx.stack["prometheus"]["url"]))
@@ -160,17 +173,28 @@ def _sweep(ctx: DemoContext, variant: str) -> Path:
     out = ctx.out / variant
     cmd = _specload(
         "run",
-        "--host", ctx.server_url,
-        "--variant", variant,
-        "--concurrency", args.concurrency,
-        "--warmup", args.warmup,
-        "--duration", args.duration,
-        "--max-tokens", str(args.max_tokens),
-        "--prompt-seed", str(args.seed),
-        "--ready-timeout", "2m",
-        "--out", str(out),
-        "--metrics-address", "off",
-        "--progress", "auto" if sys.stdout.isatty() else "plain",
+        "--host",
+        ctx.server_url,
+        "--variant",
+        variant,
+        "--concurrency",
+        args.concurrency,
+        "--warmup",
+        args.warmup,
+        "--duration",
+        args.duration,
+        "--max-tokens",
+        str(args.max_tokens),
+        "--prompt-seed",
+        str(args.seed),
+        "--ready-timeout",
+        "2m",
+        "--out",
+        str(out),
+        "--metrics-address",
+        "off",
+        "--progress",
+        "auto" if sys.stdout.isatty() else "plain",
     )
     proc = subprocess.Popen(cmd)
     try:
@@ -186,8 +210,9 @@ def _sweep(ctx: DemoContext, variant: str) -> Path:
             proc.wait()
         raise
     if code != 0:
-        raise UsageError(f"demo: the sweep of {variant} failed (exit {code}); see {out}",
-                         exit_code=1)
+        raise UsageError(
+            f"demo: the sweep of {variant} failed (exit {code}); see {out}", exit_code=1
+        )
     ctx.results[variant] = out
     return out
 
@@ -205,15 +230,25 @@ def baseline_sweep(ctx: DemoContext) -> None:
     baseline = baseline_from_summary(read_summary(out), str(out))
     assert ctx.baseline_file is not None
     atomic_write_bytes(ctx.baseline_file, dump_json(baseline))
-    ctx.say(f"   specload baseline export {out} -> {ctx.baseline_file} "
-            f"({len(baseline['entries'])} entries), served by the exporter")
+    ctx.say(
+        f"   specload baseline export {out} -> {ctx.baseline_file} "
+        f"({len(baseline['entries'])} entries), served by the exporter"
+    )
     expr = f'specload_baseline_tpot_seconds{{variant="{SERVER}",quantile="0.5",category="all"}}'
     seen = _wait_for(lambda: ctx.prom.samples(expr), timeout_s=30)
     levels = sorted(seen, key=lambda s: float(s[0].get("concurrency") or 0))
-    ctx.say("   Prometheus has it: baseline median TPOT " + ", ".join(
-        f"{v * 1000:.2f} ms at concurrency {m.get('concurrency')}" for m, v in levels))
-    ctx.record("baseline", {"file": str(ctx.baseline_file), "entries": len(baseline["entries"]),
-                            "in_prometheus": len(levels)})
+    ctx.say(
+        "   Prometheus has it: baseline median TPOT "
+        + ", ".join(f"{v * 1000:.2f} ms at concurrency {m.get('concurrency')}" for m, v in levels)
+    )
+    ctx.record(
+        "baseline",
+        {
+            "file": str(ctx.baseline_file),
+            "entries": len(baseline["entries"]),
+            "in_prometheus": len(levels),
+        },
+    )
 
 
 def _wait_for(check: Callable[[], Any], timeout_s: float, every_s: float = 0.25) -> Any:
@@ -252,8 +287,10 @@ def _watch_line(ctx: DemoContext, t0: float) -> tuple[str, str]:
 
 def reload_watched(ctx: DemoContext) -> None:
     load_s = ctx.args.load_time_s
-    ctx.say(f"== 3. specload stack reload {SERVER} --as {RELOAD_AS}: the server closes its port "
-            f"for {load_s:g}s (vLLM does not listen while it loads), watched in Prometheus")
+    ctx.say(
+        f"== 3. specload stack reload {SERVER} --as {RELOAD_AS}: the server closes its port "
+        f"for {load_s:g}s (vLLM does not listen while it loads), watched in Prometheus"
+    )
     sel = f'{{variant="{SERVER}"}}'
     reloads_before = ctx.prom.value(f"specload_target_reloads_total{sel}") or 0.0
     code = _stack("reload", SERVER, "--as", RELOAD_AS, "--state-dir", str(ctx.state_dir))
@@ -282,8 +319,9 @@ def reload_watched(ctx: DemoContext) -> None:
             break
         time.sleep(0.2)
     else:
-        raise UsageError(f"demo: {SERVER} did not come back within {3 * load_s + 60:g}s",
-                         exit_code=1)
+        raise UsageError(
+            f"demo: {SERVER} did not come back within {3 * load_s + 60:g}s", exit_code=1
+        )
     true_s = (up_at - down_at) if down_at is not None and up_at is not None else None
     reloads = _wait_for(
         lambda: (ctx.prom.value(f"specload_target_reloads_total{sel}") or 0) > reloads_before,
@@ -297,9 +335,17 @@ def reload_watched(ctx: DemoContext) -> None:
         f"{'-' if true_s is None else f'{true_s:.1f}s'} as seen by the demo; expected "
         f"{'-' if expected is None else f'{expected:g}s'}); now serving {RELOAD_AS}"
     )
-    ctx.record("reload", {"as": RELOAD_AS, "load_time_s": load_s, "true_s": true_s,
-                          "recorded_s": recorded, "counted": bool(reloads),
-                          "expected_s": expected})
+    ctx.record(
+        "reload",
+        {
+            "as": RELOAD_AS,
+            "load_time_s": load_s,
+            "true_s": true_s,
+            "recorded_s": recorded,
+            "counted": bool(reloads),
+            "expected_s": expected,
+        },
+    )
 
 
 # --- 4. ngram sweep and comparison --------------------------------------------------------------
@@ -309,16 +355,20 @@ def _client_acceptance(summary: dict[str, Any]) -> float | None:
     accepted = drafted = 0.0
     for level in summary.get("levels", []):
         server = level.get("server") or {}
-        a, d = server.get("spec_decode_num_accepted_tokens"), server.get(
-            "spec_decode_num_draft_tokens")
+        a, d = (
+            server.get("spec_decode_num_accepted_tokens"),
+            server.get("spec_decode_num_draft_tokens"),
+        )
         if a is not None and d:
             accepted, drafted = accepted + float(a), drafted + float(d)
     return accepted / drafted if drafted else None
 
 
 def ngram_sweep_and_compare(ctx: DemoContext) -> None:
-    ctx.say(f"== 4. {RELOAD_AS} sweep of the same server, then the comparison "
-            "(95% bootstrap confidence intervals)")
+    ctx.say(
+        f"== 4. {RELOAD_AS} sweep of the same server, then the comparison "
+        "(95% bootstrap confidence intervals)"
+    )
     out = _sweep(ctx, RELOAD_AS)
     from specload.compare.model import compare_runs, load_run  # noqa: PLC0415 (numpy)
     from specload.compare.plots import write_comparison_plots  # noqa: PLC0415 (matplotlib)
@@ -338,14 +388,22 @@ def ngram_sweep_and_compare(ctx: DemoContext) -> None:
         ctx.say("   " + line)
     client = _client_acceptance(read_summary(out))
     prom = ctx.prom.value(
-        f'specload_spec_decode_acceptance_ratio{{variant="{SERVER}",window="lifetime"}}')
+        f'specload_spec_decode_acceptance_ratio{{variant="{SERVER}",window="lifetime"}}'
+    )
     ctx.say(
         f"   {RELOAD_AS} acceptance rate: {'-' if client is None else f'{client:.3f}'} from the "
         f"sweep's /metrics scrapes (measured windows), {'-' if prom is None else f'{prom:.3f}'} "
         "in Prometheus (specload_spec_decode_acceptance_ratio, since the reload)"
     )
-    ctx.record("comparison", {"dir": str(cmp_dir), "headline": lines,
-                              "acceptance_client": client, "acceptance_prometheus": prom})
+    ctx.record(
+        "comparison",
+        {
+            "dir": str(cmp_dir),
+            "headline": lines,
+            "acceptance_client": client,
+            "acceptance_prometheus": prom,
+        },
+    )
 
 
 # --- 5. alerts ----------------------------------------------------------------------------------
@@ -390,9 +448,14 @@ def alert_state(ctx: DemoContext) -> None:
         ctx.say(f"   {state:<8} {len(names)}: {', '.join(sorted(names)) or '-'}")
     am_url = ctx.stack["alertmanager"]["url"]
     received = httpx.get(f"{am_url}/api/v2/alerts", timeout=5).json()
-    ctx.say(f"   Alertmanager ({am_url}) holds {len(received)} alert(s)"
-            + (": " + ", ".join(a["labels"].get("alertname", "?") for a in received)
-               if received else ""))
+    ctx.say(
+        f"   Alertmanager ({am_url}) holds {len(received)} alert(s)"
+        + (
+            ": " + ", ".join(a["labels"].get("alertname", "?") for a in received)
+            if received
+            else ""
+        )
+    )
     margin = ctx.prom.value("specload:tpot_regression_margin:ratio") or 0.10
     rows = _ratios_per_level(ctx)
     for row in rows:
@@ -404,9 +467,11 @@ def alert_state(ctx: DemoContext) -> None:
             f"({verdict} the alert's threshold {1 + margin:.2f}x)"
         )
     rule: dict[str, Any] | None = next(
-        (r for r in rules if r.get("name") == "SpecloadTPOTRegression"), None)
+        (r for r in rules if r.get("name") == "SpecloadTPOTRegression"), None
+    )
     rule_ratio = ctx.prom.value(
-        f'variant_model:specload_tpot_seconds:baseline_ratio_5m{{variant="{SERVER}"}}')
+        f'variant_model:specload_tpot_seconds:baseline_ratio_5m{{variant="{SERVER}"}}'
+    )
     load = ctx.prom.value(f'variant_model:specload_load_concurrency:avg5m{{variant="{SERVER}"}}')
     if rule_ratio is not None:
         now = f"now {rule_ratio:.2f}x"
@@ -423,10 +488,17 @@ def alert_state(ctx: DemoContext) -> None:
         f"under steady {RELOAD_AS} load at a swept level it fires about {5 + hold_s / 60:g} min "
         "after the reload, longer than this demo"
     )
-    ctx.record("alerts", {"rules": by_state, "alertmanager": len(received),
-                          "tpot_ratio_per_level": rows, "tpot_ratio_5m_rule": rule_ratio,
-                          "load_concurrency_5m": load,
-                          "regression_state": rule.get("state") if rule else None})
+    ctx.record(
+        "alerts",
+        {
+            "rules": by_state,
+            "alertmanager": len(received),
+            "tpot_ratio_per_level": rows,
+            "tpot_ratio_5m_rule": rule_ratio,
+            "load_concurrency_5m": load,
+            "regression_state": rule.get("state") if rule else None,
+        },
+    )
 
 
 # --- 6. down, and where things are --------------------------------------------------------------
@@ -440,10 +512,14 @@ def stack_down(ctx: DemoContext) -> None:
         ctx.record("stack_down", False)
         prom = ctx.stack["prometheus"]["url"]
         ctx.say("== 6. the stack keeps running (--keep-stack)")
-        ctx.say(f"   Prometheus {prom}/graph  (alerts {prom}/alerts, targets {prom}/targets); "
-                f"Alertmanager {ctx.stack['alertmanager']['url']}")
-        ctx.say("   Grafana: import grafana/dashboards/*.json with this Prometheus as data source "
-                "(or docker compose in deploy/compose/ for a provisioned one)")
+        ctx.say(
+            f"   Prometheus {prom}/graph  (alerts {prom}/alerts, targets {prom}/targets); "
+            f"Alertmanager {ctx.stack['alertmanager']['url']}"
+        )
+        ctx.say(
+            "   Grafana: import grafana/dashboards/*.json with this Prometheus as data source "
+            "(or docker compose in deploy/compose/ for a provisioned one)"
+        )
         ctx.say(f"   stop it with: specload stack down --state-dir {ctx.state_dir}")
         return
     ctx.say("== 6. specload stack down")
@@ -463,20 +539,29 @@ def _down(ctx: DemoContext) -> None:
 def tell_where(ctx: DemoContext) -> None:
     ctx.say("== results")
     for variant, path in ctx.results.items():
-        ctx.say(f"   {variant}: {path}/summary.md, summary.json, requests.jsonl, tpot.png, "
-                "throughput.png")
+        ctx.say(
+            f"   {variant}: {path}/summary.md, summary.json, requests.jsonl, tpot.png, "
+            "throughput.png"
+        )
     if ctx.baseline_file is not None and ctx.baseline_file.exists():
         ctx.say(f"   baseline for the exporter and alerts: {ctx.baseline_file}")
     if ctx.comparison is not None:
-        ctx.say(f"   comparison: {ctx.comparison}/comparison.md, compare_tpot.png, "
-                "compare_throughput.png")
+        ctx.say(
+            f"   comparison: {ctx.comparison}/comparison.md, compare_tpot.png, "
+            "compare_throughput.png"
+        )
     ctx.say(f"   the story's facts: {ctx.out / 'demo.json'}; stack logs: {ctx.state_dir / 'logs'}")
     if not ctx.args.keep_stack:
         ctx.say("   to look around in Prometheus afterwards: specload demo --keep-stack")
 
 
 STAGES: list[Stage] = [
-    stack_up, baseline_sweep, reload_watched, ngram_sweep_and_compare, alert_state, stack_down,
+    stack_up,
+    baseline_sweep,
+    reload_watched,
+    ngram_sweep_and_compare,
+    alert_state,
+    stack_down,
     tell_where,
 ]
 
@@ -486,25 +571,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         normal, quick = DEFAULTS[key]
         return f"default {normal}; --quick {quick}"
 
-    parser.add_argument("--out", default="demo-results", metavar="DIR",
-                        help="where results and the stack's state go (default demo-results/)")
-    parser.add_argument("--quick", action="store_true",
-                        help="a short run (about a minute) with the same story, for tests")
-    parser.add_argument("--keep-stack", action="store_true",
-                        help="leave the stack running when the demo completes (Prometheus, "
-                        "Alertmanager…); Ctrl-C or an error still stops it")
+    parser.add_argument(
+        "--out",
+        default="demo-results",
+        metavar="DIR",
+        help="where results and the stack's state go (default demo-results/)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a short run (about a minute) with the same story, for tests",
+    )
+    parser.add_argument(
+        "--keep-stack",
+        action="store_true",
+        help="leave the stack running when the demo completes (Prometheus, "
+        "Alertmanager…); Ctrl-C or an error still stops it",
+    )
     parser.add_argument("--concurrency", help=f"levels ({default('concurrency')})")
     parser.add_argument("--warmup", help=f"warm-up per level ({default('warmup')})")
     parser.add_argument("--duration", help=f"measured window per level ({default('duration')})")
-    parser.add_argument("--max-tokens", type=int,
-                        help=f"max_tokens per request ({default('max_tokens')})")
-    parser.add_argument("--time-scale", type=float,
-                        help="run the simulated server this many times faster, ratios kept "
-                        f"({default('time_scale')})")
-    parser.add_argument("--load-time",
-                        help=f"the simulated (re)load time, wall clock ({default('load_time')})")
-    parser.add_argument("--scrape-interval",
-                        help=f"Prometheus scrape and exporter poll ({default('scrape_interval')})")
+    parser.add_argument(
+        "--max-tokens", type=int, help=f"max_tokens per request ({default('max_tokens')})"
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        help="run the simulated server this many times faster, ratios kept "
+        f"({default('time_scale')})",
+    )
+    parser.add_argument(
+        "--load-time", help=f"the simulated (re)load time, wall clock ({default('load_time')})"
+    )
+    parser.add_argument(
+        "--scrape-interval",
+        help=f"Prometheus scrape and exporter poll ({default('scrape_interval')})",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the prompts")
 
 
@@ -519,16 +621,23 @@ def _resolve(args: argparse.Namespace) -> None:
             setattr(args, key, quick if args.quick else normal)
     args.max_tokens = int(args.max_tokens)
     if not 1 <= args.max_tokens <= MAX_TOKENS_LIMIT:
-        raise UsageError(f"--max-tokens: {args.max_tokens} must be between 1 and "
-                         f"{MAX_TOKENS_LIMIT:,}")
+        raise UsageError(
+            f"--max-tokens: {args.max_tokens} must be between 1 and {MAX_TOKENS_LIMIT:,}"
+        )
     args.time_scale = float(args.time_scale)
     if not (math.isfinite(args.time_scale) and args.time_scale > 0):
         raise UsageError(f"--time-scale: {args.time_scale} must be positive")
     args.load_time_s = parse_duration(args.load_time, name="--load-time", allow_zero=False)
     parse_duration(args.scrape_interval, name="--scrape-interval", allow_zero=False)
     # The sweeps' levels and windows, checked as `specload run` will check them.
-    build_plan(concurrency=args.concurrency, request_rate=None, max_concurrency=None,
-               warmup=args.warmup, duration=args.duration, requests=None)
+    build_plan(
+        concurrency=args.concurrency,
+        request_rate=None,
+        max_concurrency=None,
+        warmup=args.warmup,
+        duration=args.duration,
+        requests=None,
+    )
 
 
 OUTPUTS = ("baseline", "ngram", "comparison", "stack", "demo.json")
@@ -548,8 +657,10 @@ def _clear_previous(out: Path) -> None:
         )
     present = [name for name in OUTPUTS if (out / name).exists()]
     if present and not (out / "demo.json").exists():
-        raise UsageError(f"--out {str(out)!r}: holds {', '.join(present)} not written by the "
-                         "demo; give an empty or new directory")
+        raise UsageError(
+            f"--out {str(out)!r}: holds {', '.join(present)} not written by the "
+            "demo; give an empty or new directory"
+        )
     for name in present:
         path = out / name
         if path.is_dir():

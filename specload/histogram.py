@@ -38,19 +38,75 @@ DEFAULT_RELATIVE_ACCURACY = 0.005
 # end-to-end latency: 10 ms to 30 min, roughly 1-2.5-5 per decade, with extra
 # resolution where reasoning models live (seconds to minutes).
 LATENCY_BUCKETS_S: tuple[float, ...] = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
-    1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0,
-    60.0, 90.0, 120.0, 180.0, 300.0, 600.0, 1200.0, 1800.0,
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.5,
+    0.75,
+    1.0,
+    1.5,
+    2.0,
+    3.0,
+    5.0,
+    7.5,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    45.0,
+    60.0,
+    90.0,
+    120.0,
+    180.0,
+    300.0,
+    600.0,
+    1200.0,
+    1800.0,
 )
 
 # Boundaries (seconds) for time per output token and inter-token latency:
 # 0.5 ms to 2 s, dense around 5-50 ms where decode steps of large models are
 # (the reference deployment: 13.6 ms per token).
 ITL_BUCKETS_S: tuple[float, ...] = (
-    0.0005, 0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009,
-    0.010, 0.011, 0.012, 0.013, 0.014, 0.015, 0.016, 0.018, 0.020, 0.0225,
-    0.025, 0.030, 0.035, 0.040, 0.050, 0.060, 0.075, 0.100, 0.150, 0.200,
-    0.300, 0.500, 1.0, 2.0,
+    0.0005,
+    0.001,
+    0.002,
+    0.003,
+    0.004,
+    0.005,
+    0.006,
+    0.007,
+    0.008,
+    0.009,
+    0.010,
+    0.011,
+    0.012,
+    0.013,
+    0.014,
+    0.015,
+    0.016,
+    0.018,
+    0.020,
+    0.0225,
+    0.025,
+    0.030,
+    0.035,
+    0.040,
+    0.050,
+    0.060,
+    0.075,
+    0.100,
+    0.150,
+    0.200,
+    0.300,
+    0.500,
+    1.0,
+    2.0,
 )
 
 
@@ -70,8 +126,17 @@ def exact_quantile(ordered: Sequence[float], q: float) -> float | None:
 class Histogram:
     """A mergeable log-bucketed histogram with bounded relative error."""
 
-    __slots__ = ("_counts", "_gamma", "_log_gamma", "count", "max", "min", "relative_accuracy",
-                 "sum", "zero_count")
+    __slots__ = (
+        "_counts",
+        "_gamma",
+        "_log_gamma",
+        "count",
+        "max",
+        "min",
+        "relative_accuracy",
+        "sum",
+        "zero_count",
+    )
 
     def __init__(self, relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY) -> None:
         if not 0 < relative_accuracy < 1:

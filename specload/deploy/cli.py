@@ -33,21 +33,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description="Write a variant's systemd unit from an existing vLLM unit, "
         "changing only the speculative flags of ExecStart=, and print the diff.",
     )
-    unit.add_argument("--from", dest="source", required=True, metavar="UNIT",
-                      help="the existing vLLM .service unit")
-    unit.add_argument("--variant", required=True, metavar="NAME",
-                      help="baseline (no speculation), ngram, eagle3, or any name with --spec")
-    unit.add_argument("--spec", metavar="JSON",
-                      help="vLLM --speculative-config JSON (or @FILE) for the variant")
-    unit.add_argument("-k", "--num-speculative-tokens", type=int, metavar="K",
-                      help="tokens proposed per step (ngram: 3, eagle3: 3)")
+    unit.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        metavar="UNIT",
+        help="the existing vLLM .service unit",
+    )
+    unit.add_argument(
+        "--variant",
+        required=True,
+        metavar="NAME",
+        help="baseline (no speculation), ngram, eagle3, or any name with --spec",
+    )
+    unit.add_argument(
+        "--spec", metavar="JSON", help="vLLM --speculative-config JSON (or @FILE) for the variant"
+    )
+    unit.add_argument(
+        "-k",
+        "--num-speculative-tokens",
+        type=int,
+        metavar="K",
+        help="tokens proposed per step (ngram: 3, eagle3: 3)",
+    )
     unit.add_argument("--prompt-lookup-min", type=int, metavar="N", help="ngram: 2")
     unit.add_argument("--prompt-lookup-max", type=int, metavar="N", help="ngram: 4")
     unit.add_argument("--draft-model", metavar="PATH", help="eagle3: the draft head (required)")
-    unit.add_argument("--draft-tp", type=int, metavar="N",
-                      help="eagle3: draft tensor-parallel size (vLLM's default if omitted)")
-    unit.add_argument("--out", metavar="PATH",
-                      help="where to write (default: <stem>-<variant>.service beside --from)")
+    unit.add_argument(
+        "--draft-tp",
+        type=int,
+        metavar="N",
+        help="eagle3: draft tensor-parallel size (vLLM's default if omitted)",
+    )
+    unit.add_argument(
+        "--out",
+        metavar="PATH",
+        help="where to write (default: <stem>-<variant>.service beside --from)",
+    )
     unit.add_argument("--force", action="store_true", help="overwrite an existing --out")
     unit.add_argument("--dry-run", action="store_true", help="print the diff, write nothing")
     k8s = sub.add_parser(
@@ -74,8 +96,10 @@ def _spec_text(value: str) -> str:
 
 def build_variant(args: argparse.Namespace) -> speculative.Variant:
     name = speculative.check_variant_name(args.variant)
-    ngram_opts = {"--prompt-lookup-min": args.prompt_lookup_min,
-                  "--prompt-lookup-max": args.prompt_lookup_max}
+    ngram_opts = {
+        "--prompt-lookup-min": args.prompt_lookup_min,
+        "--prompt-lookup-max": args.prompt_lookup_max,
+    }
     eagle_opts = {"--draft-model": args.draft_model, "--draft-tp": args.draft_tp}
     if args.spec is not None:
         k_opt = {"--num-speculative-tokens": args.num_speculative_tokens}
@@ -152,8 +176,10 @@ def _run_systemd(args: argparse.Namespace) -> int:
         raise UsageError(f"--draft-model/--spec: {exc}") from None
     for warning in rewrite.warnings:
         print(f"specload: warning: {args.source}: {warning}", file=sys.stderr)
-    sys.stdout.write(unified_diff(old, rewrite.text, str(source), str(target)) or
-                     f"# {target}: no change from {source}\n")
+    sys.stdout.write(
+        unified_diff(old, rewrite.text, str(source), str(target))
+        or f"# {target}: no change from {source}\n"
+    )
     if args.dry_run:
         return 0
     if target.resolve() == source.resolve():

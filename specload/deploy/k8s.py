@@ -119,14 +119,17 @@ def render(
             files.append(f"{board.name}={dest.relative_to(out).as_posix()}")
             total += len(text.encode())
         if total > LAST_APPLIED_LIMIT_BYTES:
-            warnings.append(f"the {group or 'top-level'} boards take {total} bytes: "
-                            "apply with `kubectl apply --server-side -k`")
+            warnings.append(
+                f"the {group or 'top-level'} boards take {total} bytes: "
+                "apply with `kubectl apply --server-side -k`"
+            )
         generators.append(_dashboard_generator(group, files))
     if not generators:
         warnings.append("grafana/dashboards has no boards; no dashboards ConfigMap")
     kustomization = _load_yaml(out / "kustomization.yaml")
     kustomization["configMapGenerator"] = [
-        g for g in kustomization.get("configMapGenerator", [])
+        g
+        for g in kustomization.get("configMapGenerator", [])
         if g.get("name") != "specload-dashboards"
     ] + generators
     if namespace:

@@ -133,7 +133,10 @@ class Stats:
             self.answered_lengths.append(r.tokens_output)
         values = self.values
         for name, value in (
-            ("ttft", r.ttft_s), ("ttfct", r.ttfct_s), ("tpot", r.tpot_s), ("e2el", r.e2e_s)
+            ("ttft", r.ttft_s),
+            ("ttfct", r.ttfct_s),
+            ("tpot", r.tpot_s),
+            ("e2el", r.e2e_s),
         ):
             if value is not None:
                 values[name].append(value)
@@ -149,9 +152,17 @@ class Stats:
 
     def merge(self, other: Stats) -> None:
         for name in (
-            "completed", "failed", "unfinished", "tokens_reasoning", "tokens_content",
-            "tokens_received", "reasoning_truncated", "tokens_estimated", "chunks",
-            "chunks_coalesced", "chunked_tokens",
+            "completed",
+            "failed",
+            "unfinished",
+            "tokens_reasoning",
+            "tokens_content",
+            "tokens_received",
+            "reasoning_truncated",
+            "tokens_estimated",
+            "chunks",
+            "chunks_coalesced",
+            "chunked_tokens",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.errors.update(other.errors)
@@ -242,8 +253,9 @@ class Stats:
         }
         for metric in METRICS:
             qs = [self.quantile(metric, q) for q in (0.5, 0.9, 0.99)]
-            for stat, value in zip(("mean", "median", "p90", "p99"), [self.mean(metric), *qs],
-                                   strict=True):
+            for stat, value in zip(
+                ("mean", "median", "p90", "p99"), [self.mean(metric), *qs], strict=True
+            ):
                 out[f"{stat}_{metric}_ms"] = None if value is None else value * 1000.0
         n = self.completed
         out["mean_output_tokens"] = self.tokens_output / n if n else None

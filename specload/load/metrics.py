@@ -29,9 +29,7 @@ from specload.histogram import ITL_BUCKETS_S, LATENCY_BUCKETS_S, BucketCounts
 from specload.load.records import ERROR_KINDS, RequestRecord
 
 #: Error classes with a fixed name (HTTP statuses are ``http_<code>``, created on use).
-FIXED_ERROR_KINDS = tuple(
-    k for k in ERROR_KINDS if not k.startswith("http_") and k != "unfinished"
-)
+FIXED_ERROR_KINDS = tuple(k for k in ERROR_KINDS if not k.startswith("http_") and k != "unfinished")
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +129,8 @@ class ClientMetrics:
                 fam.add_metric(list(key), b.cumulative(), b.sum)
             yield fam
         tok = CounterMetricFamily(
-            "specload_client_output_tokens", "Output tokens received, by channel.",
+            "specload_client_output_tokens",
+            "Output tokens received, by channel.",
             labels=(*LABELS, "channel"),
         )
         req = CounterMetricFamily(
@@ -144,23 +143,31 @@ class ClientMetrics:
         )
         trunc = CounterMetricFamily(
             "specload_client_reasoning_truncated",
-            "Requests that hit their token limit with zero content tokens.", labels=LABELS,
+            "Requests that hit their token limit with zero content tokens.",
+            labels=LABELS,
         )
         chunks = CounterMetricFamily(
-            "specload_client_chunks", "Stream chunks carrying tokens (tokens per chunk = "
-            "output tokens / chunks).", labels=LABELS,
+            "specload_client_chunks",
+            "Stream chunks carrying tokens (tokens per chunk = output tokens / chunks).",
+            labels=LABELS,
         )
         coalesced = CounterMetricFamily(
-            "specload_client_coalesced_chunk_gaps", "Gaps between chunks of 0 s (several events "
-            "read at once): there, per-chunk ITL is not measurable (TPOT is).", labels=LABELS,
+            "specload_client_coalesced_chunk_gaps",
+            "Gaps between chunks of 0 s (several events "
+            "read at once): there, per-chunk ITL is not measurable (TPOT is).",
+            labels=LABELS,
         )
         backoffs = CounterMetricFamily(
-            "specload_client_backoffs", "Waits of users after a failed request (backoff, "
-            "Retry-After), labelled as that request.", labels=LABELS,
+            "specload_client_backoffs",
+            "Waits of users after a failed request (backoff, "
+            "Retry-After), labelled as that request.",
+            labels=LABELS,
         )
         backoff_s = CounterMetricFamily(
-            "specload_client_backoff_seconds", "Time users waited after failed requests "
-            "(backoff, Retry-After), labelled as the request before the wait.", labels=LABELS,
+            "specload_client_backoff_seconds",
+            "Time users waited after failed requests "
+            "(backoff, Retry-After), labelled as the request before the wait.",
+            labels=LABELS,
         )
         for key, s in self._series.items():
             labels = list(key)
@@ -179,8 +186,9 @@ class ClientMetrics:
             trunc.add_metric(labels, s.truncated)
             chunks.add_metric(labels, s.chunks)
         yield from (tok, req, err, trunc, chunks, coalesced, backoffs, backoff_s)
-        yield GaugeMetricFamily("specload_client_users", "Locust users running.",
-                                value=self._users())
+        yield GaugeMetricFamily(
+            "specload_client_users", "Locust users running.", value=self._users()
+        )
         yield CounterMetricFamily(
             "specload_client_requests_lost",
             "Requests started on workers that went missing, never reported.",

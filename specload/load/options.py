@@ -24,35 +24,100 @@ def _bool(text: str) -> bool:
 def add_options(parser: Any) -> None:
     """Add specload's options to a Locust (configargparse) parser."""
     add = parser.add_argument
-    add("--prompts", default="builtin", env_var="SPECLOAD_PROMPTS",
-        help="prompt set: builtin, builtin:CAT[,CAT], a .jsonl file or a ShareGPT .json file")
-    add("--prompt-seed", type=int, default=0, env_var="SPECLOAD_PROMPT_SEED",
-        help="seed of the prompt order (reproducible)")
-    add("--max-tokens", type=int, default=None, env_var="SPECLOAD_MAX_TOKENS",
-        help="max_tokens of every request (default: each prompt's category budget)")
-    add("--temperature", type=float, default=None, env_var="SPECLOAD_TEMPERATURE",
-        help="sampling temperature (default: the server's)")
-    add("--model", default="", env_var="SPECLOAD_MODEL",
-        help="model name (default: the first id from /v1/models)")
-    add("--variant", default="default", env_var="SPECLOAD_VARIANT",
-        help="service variant name labelling every result (baseline, ngram, eagle3…)")
-    add("--api-key", default="", env_var="SPECLOAD_API_KEY", is_secret=True,
-        help="API key sent as a Bearer token (never logged)")
-    add("--stream", type=_bool, default=True, env_var="SPECLOAD_STREAM",
-        help="stream responses (true/false, default true)")
-    add("--usage-stats", type=_bool, default=True, env_var="SPECLOAD_USAGE_STATS",
-        help="ask for include_usage + continuous_usage_stats (true/false, default true)")
-    add("--request-timeout", type=float, default=600.0, env_var="SPECLOAD_REQUEST_TIMEOUT",
-        help="seconds before a request counts as a timeout")
-    add("--tokenizer", default="", env_var="SPECLOAD_TOKENIZER",
-        help="tokenizer.json or model folder, to count tokens of servers that send no usage")
-    add("--metrics-address", default=DEFAULT_METRICS_ADDRESS, env_var="SPECLOAD_METRICS_ADDRESS",
+    add(
+        "--prompts",
+        default="builtin",
+        env_var="SPECLOAD_PROMPTS",
+        help="prompt set: builtin, builtin:CAT[,CAT], a .jsonl file or a ShareGPT .json file",
+    )
+    add(
+        "--prompt-seed",
+        type=int,
+        default=0,
+        env_var="SPECLOAD_PROMPT_SEED",
+        help="seed of the prompt order (reproducible)",
+    )
+    add(
+        "--max-tokens",
+        type=int,
+        default=None,
+        env_var="SPECLOAD_MAX_TOKENS",
+        help="max_tokens of every request (default: each prompt's category budget)",
+    )
+    add(
+        "--temperature",
+        type=float,
+        default=None,
+        env_var="SPECLOAD_TEMPERATURE",
+        help="sampling temperature (default: the server's)",
+    )
+    add(
+        "--model",
+        default="",
+        env_var="SPECLOAD_MODEL",
+        help="model name (default: the first id from /v1/models)",
+    )
+    add(
+        "--variant",
+        default="default",
+        env_var="SPECLOAD_VARIANT",
+        help="service variant name labelling every result (baseline, ngram, eagle3…)",
+    )
+    add(
+        "--api-key",
+        default="",
+        env_var="SPECLOAD_API_KEY",
+        is_secret=True,
+        help="API key sent as a Bearer token (never logged)",
+    )
+    add(
+        "--stream",
+        type=_bool,
+        default=True,
+        env_var="SPECLOAD_STREAM",
+        help="stream responses (true/false, default true)",
+    )
+    add(
+        "--usage-stats",
+        type=_bool,
+        default=True,
+        env_var="SPECLOAD_USAGE_STATS",
+        help="ask for include_usage + continuous_usage_stats (true/false, default true)",
+    )
+    add(
+        "--request-timeout",
+        type=float,
+        default=600.0,
+        env_var="SPECLOAD_REQUEST_TIMEOUT",
+        help="seconds before a request counts as a timeout",
+    )
+    add(
+        "--tokenizer",
+        default="",
+        env_var="SPECLOAD_TOKENIZER",
+        help="tokenizer.json or model folder, to count tokens of servers that send no usage",
+    )
+    add(
+        "--metrics-address",
+        default=DEFAULT_METRICS_ADDRESS,
+        env_var="SPECLOAD_METRICS_ADDRESS",
         include_in_web_ui=False,
-        help="HOST:PORT for the client's Prometheus /metrics (master or single process); off")
-    add("--records-file", default="", env_var="SPECLOAD_RECORDS_FILE", include_in_web_ui=False,
-        help="append every request's record to this JSONL file (master or single process)")
-    add("--step", default=DEFAULT_STEP, env_var="SPECLOAD_STEP", include_in_web_ui=False,
-        help="initial step label of the samples (sweeps change it)")
+        help="HOST:PORT for the client's Prometheus /metrics (master or single process); off",
+    )
+    add(
+        "--records-file",
+        default="",
+        env_var="SPECLOAD_RECORDS_FILE",
+        include_in_web_ui=False,
+        help="append every request's record to this JSONL file (master or single process)",
+    )
+    add(
+        "--step",
+        default=DEFAULT_STEP,
+        env_var="SPECLOAD_STEP",
+        include_in_web_ui=False,
+        help="initial step label of the samples (sweeps change it)",
+    )
 
 
 # Bounds that keep a typo from becoming a run that cannot be written or never ends.
@@ -66,8 +131,10 @@ def check_api_key(key: str, *, name: str = "--api-key") -> None:
     (a trailing newline from ``$(cat keyfile)`` is the usual cause)."""
     bad = [ch for ch in key if not 0x20 < ord(ch) < 0x7F]
     if bad:
-        what = "a line break" if any(ch in "\r\n" for ch in bad) else (
-            "a space" if " " in bad else "a character that cannot go in an HTTP header"
+        what = (
+            "a line break"
+            if any(ch in "\r\n" for ch in bad)
+            else ("a space" if " " in bad else "a character that cannot go in an HTTP header")
         )
         raise UsageError(f"{name}: the key contains {what} (the key is not shown)")
 

@@ -16,8 +16,17 @@ TOKEN_SOURCES = ("exact", "usage", "tokenizer", "chunks-estimate")
 # ``client_error``: a fault inside specload's own meter (never the target's);
 # ``content_type``: a 2xx answer that is not text/event-stream (streamed) or JSON.
 ERROR_KINDS = (
-    "refused", "reset", "timeout", "malformed", "malformed_usage", "no_done", "protocol",
-    "content_type", "unfinished", "client_error", "http_<code>",
+    "refused",
+    "reset",
+    "timeout",
+    "malformed",
+    "malformed_usage",
+    "no_done",
+    "protocol",
+    "content_type",
+    "unfinished",
+    "client_error",
+    "http_<code>",
 )
 
 # Spacing (s) of the token-arrival samples a record keeps (``arrivals``).
@@ -135,4 +144,3 @@ class RequestRecord:
             if kwargs.get(name) is not None:
                 kwargs[name] = Histogram.from_dict(kwargs[name])
         return cls(**kwargs)
-

@@ -3,11 +3,14 @@
 1. Every recorded request is replayed through the proposer (:mod:`specload.predict.ngram`):
    its step sequence under the variant (drafted, accepted, emitted per step).
 2. A **batch engine** places the step sequences of a level's requests in the engine's
-   steps — closed loop, ``c`` users, each sending its next request when the last ends
-   (:class:`ClosedLoopReplay`; the :class:`BatchEngine` interface is what the simulator's
-   engine will implement). In a closed loop the placement does not depend on how long a
-   step takes, only on how many steps each request needs, so it is computed once and every
-   cost curve is then evaluated on it.
+   steps — closed loop, ``c`` users, each sending its next request when the last ends.
+   :class:`SimEngine` (the default) is the simulator's own continuous-batching engine
+   (:class:`simulator.engine.EngineCore`) with a speculator that replays each request's
+   recorded steps; :class:`ClosedLoopReplay` computes the same placement directly in step
+   counts (the reference the tests compare the engine with, and what
+   :mod:`specload.predict.synthetic` builds baselines with). In a closed loop the placement
+   does not depend on how long a step takes, only on how many steps each request needs, so
+   it is computed once and every cost curve is then evaluated on it.
 3. The step-cost curve (:mod:`specload.predict.stepcost`) is fitted to the baseline's own
    levels, each level placed by the same engine with no speculation (k = 0), so the curve
    and the forecast share every convention.
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +32,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from simulator.costmodel import StepCost
+from simulator.engine import EngineCore, SchedulerLimits
+from simulator.engine import Sequence as EngineSequence
+from simulator.metrics import EngineMetrics
+from simulator.variants import Variant
 from specload.predict.ngram import MAX_K, RequestReplay, StepSequence, Totals
 from specload.predict.stepcost import (
     CostPoint,
@@ -199,7 +208,7 @@ class Schedule:
 
 
 class BatchEngine(Protocol):
-    """Places step sequences in engine steps (the simulator's engine will implement it)."""
+    """Places step sequences in engine steps (:class:`SimEngine`, :class:`ClosedLoopReplay`)."""
 
     def schedule(
         self, requests: Sequence[StepSequence], concurrency: int, *, fill: bool
@@ -266,7 +275,275 @@ class ClosedLoopReplay:
         return Schedule(n_tokens, n_seqs, context, emitted, first, last, out_len, tuple(pool))
 
 
+class _Cursor:
+    """Where a replayed request is in its step sequence (the engine sequence's ``replay``)."""
+
+    __slots__ = ("accepted", "drafted", "step")
+
+    def __init__(self, seq: StepSequence) -> None:
+        self.drafted: list[int] = seq.drafted.tolist()
+        self.accepted: list[int] = seq.accepted.tolist()
+        self.step = 1  # step 0 is the prefill: the engine asks nothing of it
+
+
+class ReplaySpeculator:
+    """A :class:`simulator.engine.Speculator` that replays recorded step sequences: step j of
+    a request drafts ``drafted[j]`` tokens and accepts ``accepted[j]`` of them."""
+
+    def draft(self, seq: EngineSequence) -> int:
+        cur = seq.replay
+        assert isinstance(cur, _Cursor)
+        j = cur.step
+        cur.step = j + 1
+        return cur.drafted[j]
+
+    def accept(self, seq: EngineSequence, drafts: int) -> int:
+        cur = seq.replay
+        assert isinstance(cur, _Cursor)
+        return cur.accepted[cur.step - 1]
+
+
+_UNIT_STEP = StepCost(1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+class UnitStepCost:
+    """Every step costs one virtual second: a closed loop's placement needs no more."""
+
+    def step(
+        self,
+        *,
+        decode_tokens: int,
+        num_seqs: int,
+        context_tokens: float,
+        query_extra_context: float = 0.0,
+        prefill_tokens: int = 0,
+        draft_s: float = 0.0,
+        expert_tokens: float | None = None,
+    ) -> StepCost:
+        return _UNIT_STEP
+
+
+class CurveStepCost:
+    """The fitted curve as the engine's cost model (virtual seconds): a step verifying n tokens
+    (a prefill counts one, as in the fit) over sequences of mean context ctx costs
+    ``coef · (1, n, ctx)`` + the interp correction at n, in milliseconds — the sum
+    :class:`TpotModel` takes. :class:`SimEngine` tells it how many of the step's sequences are
+    prefilling (``prefills``), which a cost model is not told."""
+
+    def __init__(self, fit: StepCostFit, coef: np.ndarray | None = None) -> None:
+        self.fit = fit
+        self.coef = [float(x) for x in (fit.coef if coef is None else coef)]
+        self.prefills = 0
+
+    def step(
+        self,
+        *,
+        decode_tokens: int,
+        num_seqs: int,
+        context_tokens: float,
+        query_extra_context: float = 0.0,
+        prefill_tokens: int = 0,
+        draft_s: float = 0.0,
+        expert_tokens: float | None = None,
+    ) -> StepCost:
+        n = decode_tokens + self.prefills
+        ctx = (context_tokens + prefill_tokens) / max(num_seqs, 1)
+        a, b, c = self.coef
+        ms = a + b * n + c * ctx + float(self.fit.correction_ms(float(n)))
+        return StepCost(ms / 1000.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+
+
+class SimEngine:
+    """:class:`BatchEngine` on the simulator's engine (:class:`simulator.engine.EngineCore`).
+
+    ``concurrency`` closed-loop users each submit their next request when the previous one
+    finished (it is prefilled in the next step); the engine batches continuously, and the
+    :class:`ReplaySpeculator` makes every decode step of a request verify and accept what its
+    recorded step sequence says. No admission limits bind (``max_num_seqs`` = the concurrency,
+    the token budget and the KV cache unbounded). Every step costs one virtual second
+    (:class:`UnitStepCost`): in a closed loop the placement does not depend on step times, and
+    the fitted curve is evaluated on the placement afterwards (:class:`TpotModel`, linear in the
+    curve's coefficients, so the interval never places anything again). :meth:`timed` runs the
+    engine's clock on the curve itself (:class:`CurveStepCost`) — the same TPOTs, a check.
+    Identical placements (a level's k = 0 pool is placed for the fit and for its forecast) are
+    computed once per engine.
+
+    **Fast path.** The engine costs ~5-10 µs per step in Python; the k schedule needs eight
+    more placements per level. With ``fast_path`` (the forecast's default:
+    :class:`ClosedLoopReplay`, the same placement computed in step counts with numpy)
+    :meth:`explore` places through it, and every :meth:`schedule` also asks the fast path and
+    raises if the two placements differ in any step — so in a forecast the fast path is trusted
+    for the k schedule only while it agrees with the engine on that run's own placements
+    (k = 0 at every level, and the asked-for k).
+    """
+
+    def __init__(self, fast_path: BatchEngine | None = None) -> None:
+        self.fast_path = fast_path
+        self.checked = 0  # placements on which the fast path agreed with the engine
+        self._cache: dict[tuple[int, int, bool], tuple[tuple[StepSequence, ...], Schedule]] = {}
+
+    def schedule(
+        self, requests: Sequence[StepSequence], concurrency: int, *, fill: bool
+    ) -> Schedule:
+        pool = self._pool(requests)
+        c = max(1, concurrency)
+        key = (hash(tuple(id(r) for r in pool)), c, fill)
+        hit = self._cache.get(key)
+        if (
+            hit is not None
+            and len(hit[0]) == len(pool)
+            and all(a is b for a, b in zip(hit[0], pool, strict=True))
+        ):
+            return hit[1]
+        sched, _ = self._run(pool, c, fill, None)
+        if self.fast_path is not None:
+            _check_same(sched, self.fast_path.schedule(pool, c, fill=fill), c, fill)
+            self.checked += 1
+        self._cache[key] = (pool, sched)
+        return sched
+
+    def explore(
+        self, requests: Sequence[StepSequence], concurrency: int, *, fill: bool
+    ) -> Schedule:
+        """A placement for the k schedule: through the fast path if there is one."""
+        if self.fast_path is None:
+            return self.schedule(requests, concurrency, fill=fill)
+        return self.fast_path.schedule(requests, concurrency, fill=fill)
+
+    def timed(
+        self, requests: Sequence[StepSequence], concurrency: int, *, fill: bool, cost: CurveStepCost
+    ) -> np.ndarray:
+        """Each placed request's TPOT (ms) from the engine's virtual clock under ``cost``:
+        (last token - first token) / (tokens - 1), requests of one token left out."""
+        _, tpot = self._run(self._pool(requests), max(1, concurrency), fill, cost)
+        return tpot
+
+    @staticmethod
+    def _pool(requests: Sequence[StepSequence]) -> tuple[StepSequence, ...]:
+        pool = tuple(r for r in requests if r.steps > 0)
+        if not pool:
+            raise ValueError("no request with output tokens to place")
+        return pool
+
+    @staticmethod
+    def _run(
+        pool: tuple[StepSequence, ...],
+        concurrency: int,
+        fill: bool,
+        curve: CurveStepCost | None,
+    ) -> tuple[Schedule, np.ndarray]:
+        k = max([1, *(int(r.drafted.max()) for r in pool)])
+        metrics = EngineMetrics(
+            model_name="replay",
+            max_model_len=1 << 24,
+            speculative_positions=k,
+            cache_info={},
+            start_time=0.0,
+        )
+        unbounded = 1 << 62
+        core = EngineCore(
+            curve if curve is not None else UnitStepCost(),
+            Variant(name="replay"),
+            metrics,
+            random.Random(0),
+            SchedulerLimits(
+                max_num_seqs=concurrency,
+                max_num_batched_tokens=unbounded,
+                kv_cache_tokens=unbounded,
+            ),
+            speculator=ReplaySpeculator(),
+        )
+        measured = len(pool)
+        first = [0] * measured
+        last = [0] * measured
+        tpot = [math.nan] * measured
+        unfinished = measured
+        finished: list[EngineSequence] = []
+
+        def emit(seq: EngineSequence, r: int, c: int, finish: str | None, now: float) -> None:
+            if finish is not None:
+                finished.append(seq)
+
+        def submit(i: int) -> None:
+            r = pool[i % measured]
+            seq = EngineSequence(
+                i,
+                category=r.category,
+                prompt_tokens=r.prompt_len,
+                reasoning_tokens=r.output_len,
+                content_tokens=0,
+                max_tokens=r.output_len,
+                arrival=0.0,
+                emit=emit,
+            )
+            seq.replay = _Cursor(r)
+            core.add(seq)
+
+        # Every user starts at once; with fill, users beyond the listed requests take the
+        # list again from its start.
+        placed = concurrency if fill else min(concurrency, measured)
+        for i in range(placed):
+            submit(i)
+        n_tokens: list[int] = []
+        n_seqs: list[int] = []
+        ctx_sum: list[int] = []
+        emitted: list[int] = []
+        now = 0.0
+        while unfinished:
+            if curve is not None:
+                curve.prefills = len(core.waiting)  # all admitted: nothing limits the loop
+            plan = core.plan(now)
+            assert plan is not None, "the closed loop ran dry"
+            step = len(n_tokens)
+            prefill = plan.prefill
+            ctx = plan.context_tokens
+            for seq in prefill:
+                ctx += seq.prompt_tokens
+                if seq.rid < measured:
+                    first[seq.rid] = step
+            n_tokens.append(plan.decode_tokens + len(prefill))
+            n_seqs.append(len(plan.decode) + len(prefill))
+            ctx_sum.append(ctx)
+            now += plan.duration_s
+            core.complete(plan, now)
+            emitted.append(plan.decode_tokens_out)
+            for seq in finished:
+                if seq.rid < measured:
+                    last[seq.rid] = step
+                    unfinished -= 1
+                    if seq.generated > 1:
+                        tpot[seq.rid] = 1000.0 * (now - seq.first_token) / (seq.generated - 1)
+            for _ in finished:
+                if placed < measured or (fill and unfinished):
+                    submit(placed)
+                    placed += 1
+            finished.clear()
+        seqs = np.asarray(n_seqs, dtype=float)
+        sched = Schedule(
+            np.asarray(n_tokens, dtype=float),
+            seqs,
+            np.asarray(ctx_sum, dtype=float) / np.maximum(seqs, 1.0),
+            np.asarray(emitted, dtype=float),
+            np.asarray(first, dtype=np.int64),
+            np.asarray(last, dtype=np.int64),
+            np.asarray([r.output_len for r in pool], dtype=np.int64),
+            pool,
+        )
+        t = np.asarray(tpot, dtype=float)
+        return sched, t[~np.isnan(t)]
+
+
 # --------------------------------------------------------------------------- TPOT
+
+
+def _check_same(engine: Schedule, fast: Schedule, concurrency: int, fill: bool) -> None:
+    for name in ("n_tokens", "n_seqs", "context", "emitted", "first", "last", "output_len"):
+        a, b = getattr(engine, name), getattr(fast, name)
+        if a.shape != b.shape or not np.allclose(a, b, rtol=1e-12, atol=1e-9):
+            raise RuntimeError(
+                f"the fast path's placement differs from the engine's ({name}, concurrency "
+                f"{concurrency}, fill {fill}): a bug — report it"
+            )
 
 
 @dataclass(frozen=True, eq=False)
@@ -579,7 +856,9 @@ def forecast(
     plan: Plan,
 ) -> Forecast:
     """The whole forecast (the baseline's problems must have been checked)."""
-    engine = engine or ClosedLoopReplay()
+    engine = engine or SimEngine(fast_path=ClosedLoopReplay())
+    # The k schedule's extra placements may take the engine's fast path (SimEngine.explore).
+    explore = engine.explore if isinstance(engine, SimEngine) else engine.schedule
     rng = np.random.default_rng(opts.seed)
     warnings: list[str] = []
     records = baseline.measured_records
@@ -629,7 +908,8 @@ def forecast(
         results: dict[int, KResult] = {}
         for kk in ks:
             seqs = replays.pool(idx, kk)
-            model = TpotModel.of(engine.schedule(seqs, c, fill=fill), fit)
+            place = engine.schedule if kk == k else explore
+            model = TpotModel.of(place(seqs, c, fill=fill), fit)
             est, low, high = model.interval(
                 fit, n_boot=opts.n_boot, confidence=opts.confidence, rng=rng
             )

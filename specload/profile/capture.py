@@ -31,8 +31,14 @@ REASON_NO_TRACE: Final = "no_trace"
 REASON_UNREACHABLE: Final = "unreachable"
 REASON_HTTP: Final = "http_error"
 REASON_BAD_TRACE: Final = "bad_trace"
-REASONS: Final = (REASON_NOT_ENABLED, REASON_TIMEOUT, REASON_NO_TRACE, REASON_UNREACHABLE,
-                  REASON_HTTP, REASON_BAD_TRACE)
+REASONS: Final = (
+    REASON_NOT_ENABLED,
+    REASON_TIMEOUT,
+    REASON_NO_TRACE,
+    REASON_UNREACHABLE,
+    REASON_HTTP,
+    REASON_BAD_TRACE,
+)
 
 DEFAULT_STOP_TIMEOUT_S: Final = 600.0
 DEFAULT_SETTLE_S: Final = 30.0
@@ -113,18 +119,21 @@ def _post(client: httpx.Client, url: str, timeout_s: float, what: str) -> None:
     try:
         resp = client.post(url, timeout=timeout_s)
     except httpx.TimeoutException as exc:
-        raise CaptureError(f"{what}: no answer from {url} within {timeout_s:g} s",
-                           REASON_TIMEOUT) from exc
+        raise CaptureError(
+            f"{what}: no answer from {url} within {timeout_s:g} s", REASON_TIMEOUT
+        ) from exc
     except httpx.HTTPError as exc:
-        raise CaptureError(f"{what}: cannot reach {url} ({exc.__class__.__name__})",
-                           REASON_UNREACHABLE) from exc
+        raise CaptureError(
+            f"{what}: cannot reach {url} ({exc.__class__.__name__})", REASON_UNREACHABLE
+        ) from exc
     except httpx.InvalidURL as exc:  # not an HTTPError; the CLI checks --target before
-        raise CaptureError(f"{what}: {redact_url(url)} is not a valid URL",
-                           REASON_UNREACHABLE) from exc
+        raise CaptureError(
+            f"{what}: {redact_url(url)} is not a valid URL", REASON_UNREACHABLE
+        ) from exc
     if resp.status_code == 404:
         raise CaptureError(
             f"profiler not enabled on {url} (404): start vLLM with "
-            "--profiler-config '{\"profiler\":\"torch\",\"torch_profiler_dir\":\"/abs/dir\"}'",
+            '--profiler-config \'{"profiler":"torch","torch_profiler_dir":"/abs/dir"}\'',
             REASON_NOT_ENABLED,
         )
     if resp.status_code >= 400:

@@ -37,14 +37,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description="Start vLLM's profiler, wait, stop it, analyse the new trace files.",
     )
     c.add_argument("--target", required=True, metavar="URL", help="vLLM base URL")
-    c.add_argument("--seconds", default="10", metavar="S",
-                   help="how long to profile (30, 30s, 2m; default 10)")
-    c.add_argument("--trace-dir", required=True, type=Path, metavar="DIR",
-                   help="the server's torch_profiler_dir (must be readable here)")
-    c.add_argument("--stop-timeout", default=str(DEFAULT_STOP_TIMEOUT_S), metavar="S",
-                   help="how long /stop_profile may take (default 600 s)")
-    c.add_argument("--settle", default=str(DEFAULT_SETTLE_S), metavar="S",
-                   help="how long to wait for trace files after /stop_profile (default 30 s)")
+    c.add_argument(
+        "--seconds", default="10", metavar="S", help="how long to profile (30, 30s, 2m; default 10)"
+    )
+    c.add_argument(
+        "--trace-dir",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="the server's torch_profiler_dir (must be readable here)",
+    )
+    c.add_argument(
+        "--stop-timeout",
+        default=str(DEFAULT_STOP_TIMEOUT_S),
+        metavar="S",
+        help="how long /stop_profile may take (default 600 s)",
+    )
+    c.add_argument(
+        "--settle",
+        default=str(DEFAULT_SETTLE_S),
+        metavar="S",
+        help="how long to wait for trace files after /stop_profile (default 30 s)",
+    )
     c.add_argument("--json", action="store_true", help="print the result as JSON")
     c.set_defaults(_profile_run=_run_capture)
 
@@ -56,7 +70,8 @@ def _trace_paths(args: list[str]) -> list[Path]:
         if p.is_dir():
             files = sorted(q for q in p.iterdir() if q.is_file())
             found = [q for q in files if is_trace_file(q)] or [
-                q for q in files if is_trace_file(q, torch_names_only=False)]
+                q for q in files if is_trace_file(q, torch_names_only=False)
+            ]
             if not found:
                 raise UsageError(f"{p}: no trace files (*.pt.trace.json[.gz]) in this directory")
             paths.extend(found)
@@ -100,14 +115,16 @@ def _run_capture(args: argparse.Namespace) -> int:
     seconds = parse_duration(args.seconds, name="--seconds", allow_zero=False)
     stop_timeout = parse_duration(args.stop_timeout, name="--stop-timeout", allow_zero=False)
     settle = parse_duration(args.settle, name="--settle")
-    result = capture(target, args.trace_dir, seconds, stop_timeout_s=stop_timeout,
-                     settle_s=settle)
+    result = capture(target, args.trace_dir, seconds, stop_timeout_s=stop_timeout, settle_s=settle)
     if not args.json:
         print(f"captured {len(result.files)} trace file(s) over {result.seconds:.1f} s:")
         for f in result.files:
             print(f"  {f}")
-    _print(result.report, args.json,
-           {"files": [str(f) for f in result.files], "capture_seconds": result.seconds})
+    _print(
+        result.report,
+        args.json,
+        {"files": [str(f) for f in result.files], "capture_seconds": result.seconds},
+    )
     return 0
 
 

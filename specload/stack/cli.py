@@ -46,40 +46,92 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     sub = parser.add_subparsers(dest="stack_action", metavar="ACTION")
     sub.required = True
-    up = sub.add_parser("up", parents=[common], help="start the stack and print its URLs",
-                        description="Start the stack as processes and print its URLs.")
-    up.add_argument("--variants", default="baseline,ngram",
-                    help="simulated variants, comma-separated (default baseline,ngram)")
-    up.add_argument("--workers", type=int, default=0,
-                    help="start a Locust master with this many workers (default 0: no Locust)")
-    up.add_argument("--free-ports", action="store_true",
-                    help="use any free ports instead of the defaults (8000…, 9090, 9093, 9464)")
-    up.add_argument("--load-time", default="10s",
-                    help="simulated model load (start and reload) time (default 10s)")
-    up.add_argument("--time-scale", type=float, default=None,
-                    help="simulator time scale (faster than real time when > 1)")
-    up.add_argument("--scrape-interval", default="5s",
-                    help="Prometheus scrape/evaluation and exporter poll interval (default 5s)")
-    up.add_argument("--baseline", action="append", default=[], metavar="FILE",
-                    help="a `specload baseline export` file for the exporter to serve "
-                    "(repeatable; it may be written later, it is read when it appears)")
-    up.add_argument("--timeout", default="120s",
-                    help="how long to wait for every part to be healthy (default 120s)")
-    up.add_argument("--repo", default=None,
-                    help="the specload source tree (deploy/, locustfiles/) [env SPECLOAD_REPO]")
-    down = sub.add_parser("down", parents=[common], help="stop what `up` started",
-                          description="Stop exactly the processes `up` started.")
-    down.add_argument("--purge", action="store_true",
-                      help="also delete the state folder (logs, Prometheus data)")
-    status = sub.add_parser("status", parents=[common], help="each part's health",
-                            description="Show each part's process and health.")
+    up = sub.add_parser(
+        "up",
+        parents=[common],
+        help="start the stack and print its URLs",
+        description="Start the stack as processes and print its URLs.",
+    )
+    up.add_argument(
+        "--variants",
+        default="baseline,ngram",
+        help="simulated variants, comma-separated (default baseline,ngram)",
+    )
+    up.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="start a Locust master with this many workers (default 0: no Locust)",
+    )
+    up.add_argument(
+        "--free-ports",
+        action="store_true",
+        help="use any free ports instead of the defaults (8000…, 9090, 9093, 9464)",
+    )
+    up.add_argument(
+        "--load-time",
+        default="10s",
+        help="simulated model load (start and reload) time (default 10s)",
+    )
+    up.add_argument(
+        "--time-scale",
+        type=float,
+        default=None,
+        help="simulator time scale (faster than real time when > 1)",
+    )
+    up.add_argument(
+        "--scrape-interval",
+        default="5s",
+        help="Prometheus scrape/evaluation and exporter poll interval (default 5s)",
+    )
+    up.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a `specload baseline export` file for the exporter to serve "
+        "(repeatable; it may be written later, it is read when it appears)",
+    )
+    up.add_argument(
+        "--timeout",
+        default="120s",
+        help="how long to wait for every part to be healthy (default 120s)",
+    )
+    up.add_argument(
+        "--repo",
+        default=None,
+        help="the specload source tree (deploy/, locustfiles/) [env SPECLOAD_REPO]",
+    )
+    down = sub.add_parser(
+        "down",
+        parents=[common],
+        help="stop what `up` started",
+        description="Stop exactly the processes `up` started.",
+    )
+    down.add_argument(
+        "--purge", action="store_true", help="also delete the state folder (logs, Prometheus data)"
+    )
+    status = sub.add_parser(
+        "status",
+        parents=[common],
+        help="each part's health",
+        description="Show each part's process and health.",
+    )
     status.add_argument("--json", action="store_true", help="machine-readable output")
-    reload = sub.add_parser("reload", parents=[common], help="simulate a reload of a variant",
-                            description="Make a simulated server reload (refusing connections "
-                            "while it loads), optionally coming back as another variant.")
+    reload = sub.add_parser(
+        "reload",
+        parents=[common],
+        help="simulate a reload of a variant",
+        description="Make a simulated server reload (refusing connections "
+        "while it loads), optionally coming back as another variant.",
+    )
     reload.add_argument("variant", metavar="VARIANT", help="the stack's server to reload")
-    reload.add_argument("--as", dest="as_variant", metavar="OTHER",
-                        help="come back as this variant (default: the same)")
+    reload.add_argument(
+        "--as",
+        dest="as_variant",
+        metavar="OTHER",
+        help="come back as this variant (default: the same)",
+    )
     reload.add_argument("--wait", action="store_true", help="wait until it serves again")
     reload.add_argument("--timeout", default="120s", help="with --wait: how long (default 120s)")
 
@@ -133,8 +185,9 @@ def _options(args: argparse.Namespace, state_dir: Path) -> StackOptions:
         free_ports=args.free_ports,
         load_time_s=parse_duration(args.load_time, name="--load-time"),
         time_scale=time_scale,
-        scrape_interval_s=parse_duration(args.scrape_interval, name="--scrape-interval",
-                                         allow_zero=False),
+        scrape_interval_s=parse_duration(
+            args.scrape_interval, name="--scrape-interval", allow_zero=False
+        ),
         baselines=tuple(Path(b).resolve() for b in getattr(args, "baseline", None) or ()),
     )
     check_options(options)
@@ -142,8 +195,9 @@ def _options(args: argparse.Namespace, state_dir: Path) -> StackOptions:
 
 
 def _part_state(part: Part) -> PartState:
-    return PartState(part.name, part.kind, str(part.log), part.url, part.health_url,
-                     dict(part.ports))
+    return PartState(
+        part.name, part.kind, str(part.log), part.url, part.health_url, dict(part.ports)
+    )
 
 
 def _stop_all(state: StackState, popens: dict[str, subprocess.Popen[bytes]] | None = None) -> None:
@@ -200,14 +254,15 @@ def _up(args: argparse.Namespace, state_dir: Path) -> int:
                 )
             remove(state_dir)
         plan = build_plan(options)
-        state = StackState(str(state_dir), str(options.repo),
-                           [_part_state(p) for p in plan.parts])
+        state = StackState(str(state_dir), str(options.repo), [_part_state(p) for p in plan.parts])
         try:
             write_configs(plan)
             save(state)
         except OSError as exc:
-            raise UsageError(f"--state-dir {state_dir}: cannot write {exc.filename or 'in it'} "
-                             f"({exc.strerror or exc})") from None
+            raise UsageError(
+                f"--state-dir {state_dir}: cannot write {exc.filename or 'in it'} "
+                f"({exc.strerror or exc})"
+            ) from None
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         popens: dict[str, subprocess.Popen[bytes]] = {}
         try:
@@ -251,8 +306,10 @@ def _fail(
     failed: list[tuple[PartState, str]],
 ) -> None:
     for part, reason in failed:
-        print(f"specload stack: {part.name} failed to start: {reason}; "
-              f"last lines of {part.log}:", file=sys.stderr)
+        print(
+            f"specload stack: {part.name} failed to start: {reason}; last lines of {part.log}:",
+            file=sys.stderr,
+        )
         for line in procs.log_tail(Path(part.log)).splitlines():
             print(f"  | {line}", file=sys.stderr)
     print("specload stack: stopping the parts that did start", file=sys.stderr)
@@ -274,8 +331,13 @@ def _down(state_dir: Path, *, purge: bool) -> int:
             killed = procs.stop_all([p.process for p in started if p.process is not None])
             for part in started:
                 assert part.process is not None
-                how = ("killed" if part.process in killed
-                       else "stopped" if part.name in running else "was not running")
+                how = (
+                    "killed"
+                    if part.process in killed
+                    else "stopped"
+                    if part.name in running
+                    else "was not running"
+                )
                 print(f"  {part.name:<16} pid {part.process.pid:<8} {how}")
             remove(state_dir)
             print(f"specload stack: down ({state_dir})")
@@ -294,9 +356,18 @@ def _status(state_dir: Path, *, as_json: bool) -> int:
         return 3
     rows = [(p, part_health(p)) for p in state.parts]
     if as_json:
-        print(json.dumps({"state_dir": str(state_dir), "parts": [
-            {"name": p.name, "kind": p.kind, "pid": p.pid, "health": h, "url": p.url}
-            for p, h in rows]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "state_dir": str(state_dir),
+                    "parts": [
+                        {"name": p.name, "kind": p.kind, "pid": p.pid, "health": h, "url": p.url}
+                        for p, h in rows
+                    ],
+                },
+                indent=2,
+            )
+        )
     else:
         width = max(len(p.name) for p in state.parts)
         for part, health in rows:
@@ -311,18 +382,22 @@ def _reload(args: argparse.Namespace, state_dir: Path) -> int:
     part = state.part(args.variant)
     sims = [p.name for p in state.parts if p.kind == "sim"]
     if part is None or part.kind != "sim":
-        raise UsageError(f"VARIANT: {args.variant!r} is not a server of this stack "
-                         f"(servers: {', '.join(sims)})")
+        raise UsageError(
+            f"VARIANT: {args.variant!r} is not a server of this stack (servers: {', '.join(sims)})"
+        )
     target = args.as_variant or args.variant
     url = f"http://127.0.0.1:{part.ports['control']}/reload"
     try:
         response = httpx.post(url, json={"variant": target}, timeout=10.0)
     except httpx.HTTPError as exc:
-        raise UsageError(f"VARIANT: the control port of {part.name} ({url}) "
-                         f"does not answer ({exc})", exit_code=1) from None
+        raise UsageError(
+            f"VARIANT: the control port of {part.name} ({url}) does not answer ({exc})", exit_code=1
+        ) from None
     if not response.is_success:
-        raise UsageError(f"VARIANT: {url} answered {response.status_code}: "
-                         f"{response.text.strip()[:200]}", exit_code=1)
+        raise UsageError(
+            f"VARIANT: {url} answered {response.status_code}: {response.text.strip()[:200]}",
+            exit_code=1,
+        )
     print(f"specload stack: {part.name} is reloading as {target}")
     if not args.wait:
         return 0

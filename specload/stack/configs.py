@@ -118,7 +118,9 @@ def write_configs(plan: Plan) -> None:
     for job in config["scrape_configs"]:
         if job.get("file_sd_configs"):
             entries = groups.get(job["job_name"], [])
-            write_atomic(prometheus_dir / "targets" / f"{job['job_name']}.yml",
-                         yaml.safe_dump(entries, sort_keys=False))
+            write_atomic(
+                prometheus_dir / "targets" / f"{job['job_name']}.yml",
+                yaml.safe_dump(entries, sort_keys=False),
+            )
     write_atomic(state / "exporter.yaml", yaml.safe_dump(exporter_config(plan), sort_keys=False))
     (state / "logs").mkdir(parents=True, exist_ok=True)

@@ -176,72 +176,138 @@ def build_plan(options: StackOptions) -> Plan:
     for variant in options.variants:
         port, control = ports[f"sim:{variant}"], ports[f"control:{variant}"]
         argv = [
-            python, "-m", "specload", "sim",
-            "--variant", variant,
-            "--port", str(port),
-            "--control-port", str(control),
-            "--log-file", str(logs / f"{variant}.vllm.log"),
-            "--load-time", f"{options.load_time_s:g}",
+            python,
+            "-m",
+            "specload",
+            "sim",
+            "--variant",
+            variant,
+            "--port",
+            str(port),
+            "--control-port",
+            str(control),
+            "--log-file",
+            str(logs / f"{variant}.vllm.log"),
+            "--load-time",
+            f"{options.load_time_s:g}",
         ]
         if options.time_scale is not None:
             argv += ["--time-scale", f"{options.time_scale:g}"]
         parts.append(
-            Part(variant, "sim", tuple(argv), logs / f"{variant}.log",
-                 url=f"http://{HOST}:{port}", health_url=f"http://{HOST}:{port}/health",
-                 ports={"port": port, "control": control})
+            Part(
+                variant,
+                "sim",
+                tuple(argv),
+                logs / f"{variant}.log",
+                url=f"http://{HOST}:{port}",
+                health_url=f"http://{HOST}:{port}/health",
+                ports={"port": port, "control": control},
+            )
         )
     am = ports["alertmanager"]
     parts.append(
-        Part("alertmanager", "alertmanager",
-             (alertmanager,
-              f"--config.file={options.repo / 'deploy' / 'alertmanager' / 'alertmanager.yml'}",
-              f"--storage.path={state / 'alertmanager'}",
-              f"--web.listen-address={HOST}:{am}",
-              "--cluster.listen-address=",
-              "--log.level=warn"),
-             logs / "alertmanager.log", url=f"http://{HOST}:{am}",
-             health_url=f"http://{HOST}:{am}/-/ready", ports={"port": am})
+        Part(
+            "alertmanager",
+            "alertmanager",
+            (
+                alertmanager,
+                f"--config.file={options.repo / 'deploy' / 'alertmanager' / 'alertmanager.yml'}",
+                f"--storage.path={state / 'alertmanager'}",
+                f"--web.listen-address={HOST}:{am}",
+                "--cluster.listen-address=",
+                "--log.level=warn",
+            ),
+            logs / "alertmanager.log",
+            url=f"http://{HOST}:{am}",
+            health_url=f"http://{HOST}:{am}/-/ready",
+            ports={"port": am},
+        )
     )
     exporter = ports["exporter"]
     parts.append(
-        Part("exporter", "exporter",
-             (python, "-m", "specload", "exporter", "--config", str(state / "exporter.yaml")),
-             logs / "exporter.log", url=f"http://{HOST}:{exporter}/metrics",
-             health_url=f"http://{HOST}:{exporter}/metrics", ports={"port": exporter})
+        Part(
+            "exporter",
+            "exporter",
+            (python, "-m", "specload", "exporter", "--config", str(state / "exporter.yaml")),
+            logs / "exporter.log",
+            url=f"http://{HOST}:{exporter}/metrics",
+            health_url=f"http://{HOST}:{exporter}/metrics",
+            ports={"port": exporter},
+        )
     )
     prom = ports["prometheus"]
     parts.append(
-        Part("prometheus", "prometheus",
-             (prometheus,
-              f"--config.file={state / 'prometheus' / 'prometheus.yml'}",
-              f"--storage.tsdb.path={state / 'prometheus' / 'data'}",
-              f"--web.listen-address={HOST}:{prom}",
-              "--web.enable-lifecycle",
-              "--log.level=warn"),
-             logs / "prometheus.log", url=f"http://{HOST}:{prom}",
-             health_url=f"http://{HOST}:{prom}/-/ready", ports={"port": prom})
+        Part(
+            "prometheus",
+            "prometheus",
+            (
+                prometheus,
+                f"--config.file={state / 'prometheus' / 'prometheus.yml'}",
+                f"--storage.tsdb.path={state / 'prometheus' / 'data'}",
+                f"--web.listen-address={HOST}:{prom}",
+                "--web.enable-lifecycle",
+                "--log.level=warn",
+            ),
+            logs / "prometheus.log",
+            url=f"http://{HOST}:{prom}",
+            health_url=f"http://{HOST}:{prom}/-/ready",
+            ports={"port": prom},
+        )
     )
     if options.workers:
         web, master, metrics = ports["locust-web"], ports["locust-master"], ports["loadgen-metrics"]
         locustfile = str(options.repo / "locustfiles" / "chat.py")
         first = options.variants[0]
         parts.append(
-            Part("locust-master", "locust-master",
-                 (python, "-m", "locust", "-f", locustfile, "--master",
-                  "--master-bind-host", HOST, "--master-bind-port", str(master),
-                  "--web-host", HOST, "--web-port", str(web),
-                  "--host", f"http://{HOST}:{ports[f'sim:{first}']}",
-                  "--variant", first,
-                  "--metrics-address", f"{HOST}:{metrics}"),
-                 logs / "locust-master.log", url=f"http://{HOST}:{web}",
-                 health_url=f"http://{HOST}:{web}/",
-                 ports={"web": web, "master": master, "metrics": metrics})
+            Part(
+                "locust-master",
+                "locust-master",
+                (
+                    python,
+                    "-m",
+                    "locust",
+                    "-f",
+                    locustfile,
+                    "--master",
+                    "--master-bind-host",
+                    HOST,
+                    "--master-bind-port",
+                    str(master),
+                    "--web-host",
+                    HOST,
+                    "--web-port",
+                    str(web),
+                    "--host",
+                    f"http://{HOST}:{ports[f'sim:{first}']}",
+                    "--variant",
+                    first,
+                    "--metrics-address",
+                    f"{HOST}:{metrics}",
+                ),
+                logs / "locust-master.log",
+                url=f"http://{HOST}:{web}",
+                health_url=f"http://{HOST}:{web}/",
+                ports={"web": web, "master": master, "metrics": metrics},
+            )
         )
         for i in range(1, options.workers + 1):
             parts.append(
-                Part(f"locust-worker-{i}", "locust-worker",
-                     (python, "-m", "locust", "-f", locustfile, "--worker",
-                      "--master-host", HOST, "--master-port", str(master)),
-                     logs / f"locust-worker-{i}.log")
+                Part(
+                    f"locust-worker-{i}",
+                    "locust-worker",
+                    (
+                        python,
+                        "-m",
+                        "locust",
+                        "-f",
+                        locustfile,
+                        "--worker",
+                        "--master-host",
+                        HOST,
+                        "--master-port",
+                        str(master),
+                    ),
+                    logs / f"locust-worker-{i}.log",
+                )
             )
     return Plan(options, tuple(parts))

@@ -369,8 +369,11 @@ class SweepDriver:
         left = self.backend.in_flight()
         if left > 0:
             # Past the deadline: stop the users; their requests report as ``unfinished``.
-            log.warning("drain: %d requests still in flight after %.0fs: stopped, recorded "
-                        "as unfinished", left, self.drain_timeout_s)
+            log.warning(
+                "drain: %d requests still in flight after %.0fs: stopped, recorded as unfinished",
+                left,
+                self.drain_timeout_s,
+            )
             self.phase_note = f"stopping {left} unfinished requests"
             self.backend.stop()
             deadline = self.clock() + ABORT_REPORT_S

@@ -6,8 +6,10 @@ starts local workers with it; workers on other hosts use it too::
     locust -f $(python -c 'import specload.sweep.locustfile as m; print(m.__file__)') \\
         --worker --master-host MASTER
 
-Closed loop: each user sends its next request when the last one ends, at once
-(:class:`SweepRequests`: without the ``gevent.sleep(0)`` Locust puts between tasks).
+Closed loop: each user sends its next request when the last one ends. Users that
+start together and get identical requests (a fixed-timing server, fixed output lengths)
+would stay in step for the whole run, so in a warm-up each new user's first request
+is spread over :data:`START_SPREAD_S` (:meth:`Pacer.start_delay`).
 Open loop (``--request-rate``): a per-process :class:`Pacer` issues tickets at
 Poisson arrival times; a user takes a ticket before each request, so at most
 ``max_concurrency`` requests are in flight and arrivals beyond that queue
@@ -22,13 +24,20 @@ from typing import Any
 
 import gevent
 import gevent.queue
-from locust import TaskSet, events, task
+from locust import events
 from locust.runners import WorkerRunner
 
 # The module, not the class: Locust would run every User class found in this file.
 from specload.load import user as _chat
 
 MSG_PACE = "specload:pace"
+# Closed-loop users in step end their streams in the same moment, and the client then
+# handles hundreds of completions at once: each user's next request goes out tens of ms
+# late (1-3% of the offered load at 256 streams) and first tokens read late carry a later
+# arrival stamp (bench/results/client.md). A warm-up spreads new users' first requests
+# over this many seconds; once apart, users with identical requests stay apart.
+START_SPREAD_S = 1.0
+WARMUP_SUFFIX = "-warmup"  # ends a warm-up step's name (specload.sweep.plan.Level.warmup_name)
 
 
 class Pacer:
@@ -66,6 +75,14 @@ class Pacer:
         if self.rate is not None or self.hold:
             self._tickets.get()
 
+    def start_delay(self, step: str) -> float:
+        """Seconds a new user waits before its first request: in a closed-loop warm-up,
+        uniform below :data:`START_SPREAD_S`; else none (the open loop's tickets are
+        spread already, and a measured window starts no user late)."""
+        if self.rate is not None or self.hold or not step.endswith(WARMUP_SUFFIX):
+            return 0.0
+        return self._rng.uniform(0.0, START_SPREAD_S)
+
     def backlog(self) -> int:
         return int(self._tickets.qsize())
 
@@ -78,56 +95,20 @@ def get_pacer(environment: Any) -> Pacer:
     return pacer
 
 
-def _loop_iteration() -> int | None:
-    """How many times gevent's event loop has gone round (None where it does not say)."""
-    iteration: int | None = getattr(gevent.get_hub().loop, "iteration", None)
-    return iteration
-
-
-class SweepRequests(TaskSet):
-    """A sweep user's requests one after another: Locust's task loop, with one change.
-
-    Between two tasks Locust sleeps ``wait_time()``, and ``gevent.sleep(0)`` is not free:
-    it puts the user at the back of the hub's queue. When many streams end in the same
-    moment (closed-loop users in step, as against a fixed-timing server, or after a stall
-    of the machine), every user then waited for all the others' bookkeeping (the record,
-    publishing it) before its next request went out: 20-40 ms per request at 256 streams,
-    1-2% of the offered load (bench/results/client.md). So a zero wait after a request
-    that blocked in the event loop (it waited for its answer; in the open loop, also the
-    wait for a ticket) does not yield again: the next request goes out at once. After a
-    request that did not block (one that failed before any I/O) it still yields, so a
-    failing user never keeps the others from running.
-    """
-
-    _iteration: int | None = None
-
-    @task
-    def chat(self) -> None:
-        self._iteration = _loop_iteration()
-        user = self.user
-        assert isinstance(user, _chat.ChatUser)
-        user.chat()
-
-    def _sleep(self, seconds: float) -> None:
-        if seconds > 0 or self._iteration is None or _loop_iteration() == self._iteration:
-            gevent.sleep(seconds)
-
-
 class SweepUser(_chat.ChatUser):
     """A chat user that takes a pacing ticket before each request (open loop only)."""
 
     def on_start(self) -> None:
         super().on_start()
-        get_pacer(self.environment).wait()
+        pacer = get_pacer(self.environment)
+        delay = pacer.start_delay(self._session.step)
+        if delay > 0:
+            gevent.sleep(delay)
+        pacer.wait()
 
     def wait_time(self) -> float:
         get_pacer(self.environment).wait()
         return 0.0
-
-
-# Its requests run in SweepRequests (set here: Locust's metaclass would add the inherited
-# ``ChatUser.chat`` task to any ``tasks`` given in the class body).
-SweepUser.tasks = [SweepRequests]
 
 
 def _on_pace(environment: Any, msg: Any, **kw: Any) -> None:
@@ -144,4 +125,4 @@ def _on_init(environment: Any, runner: Any = None, **kw: Any) -> None:
 
 
 events.init.add_listener(_on_init)  # type: ignore[no-untyped-call]
-__all__ = ["MSG_PACE", "Pacer", "SweepRequests", "SweepUser", "get_pacer"]
+__all__ = ["MSG_PACE", "START_SPREAD_S", "WARMUP_SUFFIX", "Pacer", "SweepUser", "get_pacer"]

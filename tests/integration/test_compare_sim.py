@@ -18,9 +18,23 @@ from specload.compare.model import ALL, SAME, SLOWER, compare_runs, load_run
 pytestmark = pytest.mark.integration
 
 SIM = ["--time-scale", "2"]
-RUN = ["--concurrency", "2", "--warmup", "1", "--duration", "8", "--max-tokens", "64",
-       "--prompts", "builtin:math",
-       "--metrics-address", "off", "--progress", "off", "--no-plots"]
+RUN = [
+    "--concurrency",
+    "2",
+    "--warmup",
+    "1",
+    "--duration",
+    "8",
+    "--max-tokens",
+    "64",
+    "--prompts",
+    "builtin:math",
+    "--metrics-address",
+    "off",
+    "--progress",
+    "off",
+    "--no-plots",
+]
 
 
 def test_compare_ngram_slower_and_same_variant_same(sweep_sim, specload_popen, tmp_path):
@@ -32,8 +46,20 @@ def test_compare_ngram_slower_and_same_variant_same(sweep_sim, specload_popen, t
     }
     # different prompt orders, so the two clients of one server do not run in lockstep
     procs = {
-        name: specload_popen(["run", "--host", sim.url, "--variant", name, "--prompt-seed",
-                              str(seed), "--out", str(tmp_path / name), *RUN])
+        name: specload_popen(
+            [
+                "run",
+                "--host",
+                sim.url,
+                "--variant",
+                name,
+                "--prompt-seed",
+                str(seed),
+                "--out",
+                str(tmp_path / name),
+                *RUN,
+            ]
+        )
         for seed, (name, sim) in enumerate(sims.items())
     }
     for name, proc in procs.items():
@@ -53,7 +79,33 @@ def test_compare_ngram_slower_and_same_variant_same(sweep_sim, specload_popen, t
 
     # the command line for CI: ngram's regression fails it, the same variant passes
     out = str(tmp_path / "cmp")
-    assert main(["compare", str(tmp_path / "baseline"), str(tmp_path / "ngram"), "--out", out,
-                 "--no-plots", "--fail-on-regression", "2"]) == 1
-    assert main(["compare", str(tmp_path / "baseline"), str(tmp_path / "baseline-again"),
-                 "--out", out, "--no-plots", "--fail-on-regression", "5"]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                str(tmp_path / "baseline"),
+                str(tmp_path / "ngram"),
+                "--out",
+                out,
+                "--no-plots",
+                "--fail-on-regression",
+                "2",
+            ]
+        )
+        == 1
+    )
+    assert (
+        main(
+            [
+                "compare",
+                str(tmp_path / "baseline"),
+                str(tmp_path / "baseline-again"),
+                "--out",
+                out,
+                "--no-plots",
+                "--fail-on-regression",
+                "5",
+            ]
+        )
+        == 0
+    )

@@ -38,8 +38,11 @@ def test_demo_tells_the_story_and_leaves_nothing_running(specload_run, tmp_path)
 
     # Baseline: exported, served by the exporter, and Prometheus answered with it per level.
     assert facts["baseline"]["in_prometheus"] == 2
-    assert re.search(r"Prometheus has it: baseline median TPOT [0-9.]+ ms at concurrency 1, "
-                     r"[0-9.]+ ms at concurrency 4", text)
+    assert re.search(
+        r"Prometheus has it: baseline median TPOT [0-9.]+ ms at concurrency 1, "
+        r"[0-9.]+ ms at concurrency 4",
+        text,
+    )
 
     # Reload watched live in Prometheus: loading (with elapsed time), then ready again.
     watch = [ln for ln in text.splitlines() if "Prometheus: specload_target_state" in ln]
@@ -54,8 +57,9 @@ def test_demo_tells_the_story_and_leaves_nothing_running(specload_run, tmp_path)
 
     # ngram slower than baseline at every level, intervals excluding zero.
     for level in (1, 4):
-        line = next(ln for ln in text.splitlines()
-                    if f"ngram vs baseline at concurrency {level}:" in ln)
+        line = next(
+            ln for ln in text.splitlines() if f"ngram vs baseline at concurrency {level}:" in ln
+        )
         assert "slower" in line, line
         low = float(re.search(r"95% CI ([+-][0-9.]+)%", line).group(1))
         assert low > 0, line

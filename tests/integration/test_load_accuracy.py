@@ -64,10 +64,20 @@ class Case:
         return self.ttft_s + (self.reasoning // self.per_chunk) * self.itl_s
 
     def sim_args(self) -> list[str]:
-        return ["--timing", "fixed", "--fixed-ttft", str(self.ttft_s),
-                "--fixed-itl", str(self.itl_s), "--fixed-tokens-per-chunk", str(self.per_chunk),
-                "--fixed-reasoning-tokens", str(self.reasoning),
-                "--fixed-content-tokens", str(self.content)]
+        return [
+            "--timing",
+            "fixed",
+            "--fixed-ttft",
+            str(self.ttft_s),
+            "--fixed-itl",
+            str(self.itl_s),
+            "--fixed-tokens-per-chunk",
+            str(self.per_chunk),
+            "--fixed-reasoning-tokens",
+            str(self.reasoning),
+            "--fixed-content-tokens",
+            str(self.content),
+        ]
 
 
 # Reasoning counts are multiples of the tokens per chunk: no chunk holds both channels
@@ -84,16 +94,22 @@ CASES = [
 def test_medians_within_1pct_and_counts_exact(load_sim, run_locust, case: Case) -> None:
     sim = load_sim(case.sim_args())
     for users, seconds in ((1, 6), (64, 6)):
-        run = run_locust(sim.url, users=users, seconds=seconds,
-                         args=["--max-tokens", str(case.max_tokens)],
-                         locustfile=JITTER_LOCUSTFILE)
+        run = run_locust(
+            sim.url,
+            users=users,
+            seconds=seconds,
+            args=["--max-tokens", str(case.max_tokens)],
+            locustfile=JITTER_LOCUSTFILE,
+        )
         assert run.returncode == 0, run.stderr[-2000:]
         ok = run.ok()
         assert len(ok) == len(run.records), [r["error_kind"] for r in run.records]
         assert len(ok) >= (2 if users == 1 else 64)
         for r in ok:
             assert (r["tokens_reasoning"], r["tokens_content"]) == (
-                case.reasoning_out, case.content_out), r
+                case.reasoning_out,
+                case.content_out,
+            ), r
             assert r["tokens_output"] == case.tokens
             assert r["chunks"] == case.chunks
             assert r["token_count_source"] == "exact"

@@ -14,9 +14,20 @@ from tests.fixtures.load import free_port, locust_command, wait_http
 
 pytestmark = pytest.mark.integration
 
-FIXED = ["--timing", "fixed", "--fixed-ttft", "0.02", "--fixed-itl", "0.005",
-         "--fixed-tokens-per-chunk", "2", "--fixed-reasoning-tokens", "6",
-         "--fixed-content-tokens", "4"]
+FIXED = [
+    "--timing",
+    "fixed",
+    "--fixed-ttft",
+    "0.02",
+    "--fixed-itl",
+    "0.005",
+    "--fixed-tokens-per-chunk",
+    "2",
+    "--fixed-reasoning-tokens",
+    "6",
+    "--fixed-content-tokens",
+    "4",
+]
 
 
 def test_every_base_url_form_reaches_v1_once(load_sim, run_locust) -> None:
@@ -24,15 +35,22 @@ def test_every_base_url_form_reaches_v1_once(load_sim, run_locust) -> None:
     secret = "sk-specload-test-secret-123"
     model = httpx.get(sim.url + "/v1/models").json()["data"][0]["id"]
     for suffix in ("", "/", "/v1", "/v1/"):
-        run = run_locust(sim.url + suffix, users=2, seconds=1,
-                         args=["--api-key", secret, "--variant", "baseline", "--prompts",
-                               "builtin:math"])
+        run = run_locust(
+            sim.url + suffix,
+            users=2,
+            seconds=1,
+            args=["--api-key", secret, "--variant", "baseline", "--prompts", "builtin:math"],
+        )
         assert run.returncode == 0, run.stderr[-2000:]
         # (the simulator answers 404 to /v1/v1/...: such a request would be a failed record)
         assert run.records and all(r["ok"] for r in run.records), suffix
         r = run.records[0]
         assert (r["variant"], r["category"], r["tokens_output"], r["model"]) == (
-            "baseline", "math", 10, model)
+            "baseline",
+            "math",
+            10,
+            model,
+        )
         # The API key is never logged or written anywhere.
         written = [run.stdout, run.stderr, json.dumps(run.records)]
         written += [p.read_text() for p in run.csv_prefix.parent.glob(run.csv_prefix.name + "*")]
@@ -57,9 +75,12 @@ def test_step_option_labels_samples_and_metrics_served(load_sim, tmp_path: Path)
     sim = load_sim(FIXED)
     port = free_port()
     proc = subprocess.Popen(
-        locust_command(sim.url, 2, 4, ["--step", "warmup", "--metrics-address",
-                                        f"127.0.0.1:{port}"]),
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
+        locust_command(
+            sim.url, 2, 4, ["--step", "warmup", "--metrics-address", f"127.0.0.1:{port}"]
+        ),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=tmp_path,
     )
     try:
         wait_http(f"http://127.0.0.1:{port}/metrics", proc=proc)
@@ -80,9 +101,14 @@ def test_bad_prompt_file_gives_one_line(tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "ok"}\n{"category": 3, "prompt": "x"}\n')
     proc = subprocess.run(
-        locust_command("http://127.0.0.1:9", 1, 1,
-                       ["--prompts", str(bad), "--metrics-address", "off"]),
-        check=False, capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        locust_command(
+            "http://127.0.0.1:9", 1, 1, ["--prompts", str(bad), "--metrics-address", "off"]
+        ),
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
     )
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr

@@ -18,9 +18,20 @@ from tests.fixtures.load import LOCUSTFILE, free_port, read_records
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-SIM = ["--timing", "fixed", "--fixed-ttft", "0.1", "--fixed-itl", "0.01",
-       "--fixed-tokens-per-chunk", "1", "--fixed-reasoning-tokens", "15",
-       "--fixed-content-tokens", "15"]
+SIM = [
+    "--timing",
+    "fixed",
+    "--fixed-ttft",
+    "0.1",
+    "--fixed-itl",
+    "0.01",
+    "--fixed-tokens-per-chunk",
+    "1",
+    "--fixed-reasoning-tokens",
+    "15",
+    "--fixed-content-tokens",
+    "15",
+]
 TRUTH_TPOT = 29 * 0.01 / 29
 
 
@@ -28,24 +39,58 @@ def start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     with log.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--loglevel", "INFO", *args],
-            stdout=out, stderr=subprocess.STDOUT, cwd=log.parent,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=log.parent,
         )
 
 
-def run_distributed(tmp_path: Path, host: str, *, seconds: int, kill_after: float | None = None,
-                    users: int = 16) -> dict:
+def run_distributed(
+    tmp_path: Path, host: str, *, seconds: int, kill_after: float | None = None, users: int = 16
+) -> dict:
     master_port = free_port()
     metrics_port = free_port()
     records = tmp_path / "master-records.jsonl"
-    master = start(["--master", "--master-bind-host", "127.0.0.1",
-                    "--master-bind-port", str(master_port), "--headless", "--expect-workers", "2",
-                    "--host", host, "-u", str(users), "-r", str(users), "-t", f"{seconds}s",
-                    "--records-file", str(records), "--csv", str(tmp_path / "m"),
-                    "--metrics-address", f"127.0.0.1:{metrics_port}", "--stop-timeout", "5",
-                    "--prompts", "builtin:math,coding", "--variant", "ngram"],
-                   tmp_path / "master.log")
-    workers = [start(["--worker", "--master-host", "127.0.0.1", "--master-port",
-                      str(master_port)], tmp_path / f"worker{i}.log") for i in range(2)]
+    master = start(
+        [
+            "--master",
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(master_port),
+            "--headless",
+            "--expect-workers",
+            "2",
+            "--host",
+            host,
+            "-u",
+            str(users),
+            "-r",
+            str(users),
+            "-t",
+            f"{seconds}s",
+            "--records-file",
+            str(records),
+            "--csv",
+            str(tmp_path / "m"),
+            "--metrics-address",
+            f"127.0.0.1:{metrics_port}",
+            "--stop-timeout",
+            "5",
+            "--prompts",
+            "builtin:math,coding",
+            "--variant",
+            "ngram",
+        ],
+        tmp_path / "master.log",
+    )
+    workers = [
+        start(
+            ["--worker", "--master-host", "127.0.0.1", "--master-port", str(master_port)],
+            tmp_path / f"worker{i}.log",
+        )
+        for i in range(2)
+    ]
     scraped = ""
     try:
         if kill_after is not None:
@@ -101,7 +146,8 @@ def test_master_merges_two_workers_exactly(load_sim, run_locust, tmp_path: Path)
     served = server.get_family("vllm:request_success").total({"finished_reason": "stop"})
     assert served == len(records)
     assert server.get_family("vllm:generation_tokens").total() == sum(
-        r["tokens_output"] for r in records)
+        r["tokens_output"] for r in records
+    )
     # Percentiles match a single-process run (and the truth) within the histogram's error.
     single = run_locust(sim.url, users=16, seconds=4)
     dist_tpot = statistics.median(r["tpot_s"] for r in records)

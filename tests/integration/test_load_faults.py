@@ -11,14 +11,34 @@ from tests.fixtures.load import free_port
 
 pytestmark = pytest.mark.integration
 
-FAST = ["--timing", "fixed", "--fixed-ttft", "0.02", "--fixed-itl", "0.005",
-        "--fixed-tokens-per-chunk", "1", "--fixed-reasoning-tokens", "10",
-        "--fixed-content-tokens", "10", "--seed", "3"]
+FAST = [
+    "--timing",
+    "fixed",
+    "--fixed-ttft",
+    "0.02",
+    "--fixed-itl",
+    "0.005",
+    "--fixed-tokens-per-chunk",
+    "1",
+    "--fixed-reasoning-tokens",
+    "10",
+    "--fixed-content-tokens",
+    "10",
+    "--seed",
+    "3",
+]
 
 
 def test_every_stream_and_status_fault_is_classified(load_sim, run_locust) -> None:
-    rates = ["http500=0.08", "http503=0.08", "http429=0.08", "reset=0.08", "malformed=0.08",
-             "stall=0.08", "no-done=0.08"]
+    rates = [
+        "http500=0.08",
+        "http503=0.08",
+        "http429=0.08",
+        "reset=0.08",
+        "malformed=0.08",
+        "stall=0.08",
+        "no-done=0.08",
+    ]
     sim = load_sim([*FAST, *[f"--fault-rate={r}" for r in rates], "--stall-seconds", "4"])
     run = run_locust(sim.url, users=8, seconds=5, args=["--request-timeout", "1"])
     assert run.returncode in (0, 1), run.stderr[-2000:]  # 1: Locust saw failures
@@ -27,8 +47,16 @@ def test_every_stream_and_status_fault_is_classified(load_sim, run_locust) -> No
     for kind in ("http_500", "http_503", "http_429", "reset", "malformed", "timeout", "no_done"):
         assert kinds[kind] > 0, kinds
     # stalled requests still in flight when Locust stops: recorded as unfinished
-    assert set(kinds) <= {"http_500", "http_503", "http_429", "reset", "malformed", "timeout",
-                          "no_done", "unfinished"}, kinds
+    assert set(kinds) <= {
+        "http_500",
+        "http_503",
+        "http_429",
+        "reset",
+        "malformed",
+        "timeout",
+        "no_done",
+        "unfinished",
+    }, kinds
     ok = run.ok()
     assert len(ok) > 20
     # Good requests on connections that saw faults are still exact.
@@ -44,8 +72,7 @@ def test_every_stream_and_status_fault_is_classified(load_sim, run_locust) -> No
 
 def test_refused_target_is_counted_not_fatal(run_locust) -> None:
     port = free_port()  # nothing listens there
-    run = run_locust(f"http://127.0.0.1:{port}", users=2, seconds=2,
-                     args=["--model", "m"])
+    run = run_locust(f"http://127.0.0.1:{port}", users=2, seconds=2, args=["--model", "m"])
     assert run.returncode in (0, 1), run.stderr[-2000:]
     assert "Traceback" not in run.stderr
     assert run.records and {r["error_kind"] for r in run.records} == {"refused"}

@@ -38,9 +38,14 @@ def steady_load(url: str) -> Iterator[None]:
         with httpx.Client(timeout=60.0) as http:
             while not stop.is_set():
                 try:
-                    http.post(f"{url}/v1/chat/completions", json={
-                        "model": "moonshotai/Kimi-K2.5", "max_tokens": 32,
-                        "messages": [{"role": "user", "content": "hello"}]})
+                    http.post(
+                        f"{url}/v1/chat/completions",
+                        json={
+                            "model": "moonshotai/Kimi-K2.5",
+                            "max_tokens": 32,
+                            "messages": [{"role": "user", "content": "hello"}],
+                        },
+                    )
                 except httpx.HTTPError:
                     stop.wait(0.1)
 
@@ -55,8 +60,11 @@ def steady_load(url: str) -> Iterator[None]:
 
 def _samples(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     text = httpx.get(f"{url}/metrics", timeout=10.0).text
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in parse(text).values() for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in parse(text).values()
+        for s in family.samples
+    }
 
 
 def _wait_for(url: str, name: str, labels: dict[str, str], timeout_s: float = 60.0) -> float:
@@ -71,21 +79,52 @@ def _wait_for(url: str, name: str, labels: dict[str, str], timeout_s: float = 60
 
 
 def test_exporter_profiles_on_demand(sim_factory: Callable[..., Any], tmp_path: Path) -> None:
-    sim = sim_factory(["--allreduce-kernel", "nccl", "--tp", "2", "--time-scale", "20",
-                       "--cost", "allreduce_hop_latency_s=30e-6", "--profiler-max-steps", "60"])
+    sim = sim_factory(
+        [
+            "--allreduce-kernel",
+            "nccl",
+            "--tp",
+            "2",
+            "--time-scale",
+            "20",
+            "--cost",
+            "allreduce_hop_latency_s=30e-6",
+            "--profiler-max-steps",
+            "60",
+        ]
+    )
     port = free_port()
     config = tmp_path / "exporter.yaml"
-    config.write_text(yaml.safe_dump({
-        "address": "127.0.0.1", "port": port, "interval": "1s",
-        "targets": [
-            {"variant": "baseline", "url": sim.url,
-             "profile": {"trace_dir": str(sim.profiler_dir), "interval": None, "seconds": 0.5}},
-            {"variant": "ngram", "url": f"http://127.0.0.1:{free_port()}",
-             "profile": {"trace_dir": str(tmp_path / "none"), "seconds": 0.5}},
-        ],
-    }))
-    proc = subprocess.Popen([sys.executable, "-m", "specload", "exporter", "--config",
-                             str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "address": "127.0.0.1",
+                "port": port,
+                "interval": "1s",
+                "targets": [
+                    {
+                        "variant": "baseline",
+                        "url": sim.url,
+                        "profile": {
+                            "trace_dir": str(sim.profiler_dir),
+                            "interval": None,
+                            "seconds": 0.5,
+                        },
+                    },
+                    {
+                        "variant": "ngram",
+                        "url": f"http://127.0.0.1:{free_port()}",
+                        "profile": {"trace_dir": str(tmp_path / "none"), "seconds": 0.5},
+                    },
+                ],
+            }
+        )
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specload", "exporter", "--config", str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30.0
@@ -117,12 +156,16 @@ def test_exporter_profiles_on_demand(sim_factory: Callable[..., Any], tmp_path: 
         assert samples[("specload_decode_allreduce_seconds_per_step", base)] > 0
         last = samples[("specload_profile_last_success_timestamp_seconds", base)]
         assert last > time.time() - 120
-        failures = _wait_for(url, "specload_profile_failures_total",
-                             {"variant": "ngram", "reason": "unreachable"})
+        failures = _wait_for(
+            url, "specload_profile_failures_total", {"variant": "ngram", "reason": "unreachable"}
+        )
         assert failures == 1
         # The exporter still serves everything else.
-        up = {dict(labels)["variant"]: value for (name, labels), value in _samples(url).items()
-              if name == "specload_target_up"}
+        up = {
+            dict(labels)["variant"]: value
+            for (name, labels), value in _samples(url).items()
+            if name == "specload_target_up"
+        }
         assert up == {"baseline": 1, "ngram": 0}
     finally:
         proc.terminate()

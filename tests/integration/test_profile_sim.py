@@ -30,14 +30,20 @@ MODEL = "moonshotai/Kimi-K2.5"
 
 
 def _chat(http: httpx.Client, url: str, tokens: int) -> None:
-    http.post(f"{url}/v1/chat/completions", json={
-        "model": MODEL, "max_tokens": tokens,
-        "messages": [{"role": "user", "content": "Why is the sky blue?"}]}).raise_for_status()
+    http.post(
+        f"{url}/v1/chat/completions",
+        json={
+            "model": MODEL,
+            "max_tokens": tokens,
+            "messages": [{"role": "user", "content": "Why is the sky blue?"}],
+        },
+    ).raise_for_status()
 
 
 def _batch_1_then_32(url: str) -> Callable[[], None]:
     """One request alone, then 32 at once (connected first, released by a barrier) and
     long enough that most steps run all 32; the profiler stops at --profiler-max-steps."""
+
     def client(barrier: threading.Barrier) -> None:
         with httpx.Client(timeout=60.0) as http:
             http.get(f"{url}/health").raise_for_status()
@@ -50,6 +56,7 @@ def _batch_1_then_32(url: str) -> Callable[[], None]:
         barrier = threading.Barrier(32)
         with ThreadPoolExecutor(32) as pool:
             list(pool.map(lambda _: client(barrier), range(32)))
+
     return run
 
 
@@ -57,17 +64,26 @@ def _batch_1_then_32(url: str) -> Callable[[], None]:
 def test_recovers_simulator_truth(family: str, sim_factory: Callable[..., Any]) -> None:
     tp = 8 if family == "nccl" else 2
     # TP 2 steps are slower (each GPU reads 4x the weights): a faster time scale.
-    timing = ["--time-scale", "10"] if tp == 8 else [
-        "--time-scale", "20", "--cost", "allreduce_hop_latency_s=30e-6"]
-    sim = sim_factory(["--allreduce-kernel", family, "--tp", str(tp), *timing,
-                       "--profiler-max-steps", "100"])
+    timing = (
+        ["--time-scale", "10"]
+        if tp == 8
+        else ["--time-scale", "20", "--cost", "allreduce_hop_latency_s=30e-6"]
+    )
+    sim = sim_factory(
+        ["--allreduce-kernel", family, "--tp", str(tp), *timing, "--profiler-max-steps", "100"]
+    )
     trace_dir: Path = sim.profiler_dir
     # The 32 requests must share steps for batch 32 to exist; when a straggler on this
     # 2-core machine splits them, the capture is repeated (the precondition, not the
     # analysis, failed).
     for _attempt in range(3):
-        result = capture(parse_server_url(sim.url), trace_dir, 0.0,
-                         during=_batch_1_then_32(sim.url), settle_s=10.0)
+        result = capture(
+            parse_server_url(sim.url),
+            trace_dir,
+            0.0,
+            during=_batch_1_then_32(sim.url),
+            settle_s=10.0,
+        )
         truth = json.loads((trace_dir / "truth.json").read_text())
         if "32" in truth["by_batch_size"]:
             break

@@ -121,7 +121,9 @@ def test_info_routes(sim: SimHandle) -> None:
     assert httpx.get(sim.url + "/health").status_code == 200
     # vLLM's answer, plus the simulator's time scale (results record which clock they ran on)
     assert httpx.get(sim.url + "/version").json() == {
-        "version": "0.32.0", "specload_simulator": {"time_scale": 50.0}}  # the fixture's
+        "version": "0.32.0",
+        "specload_simulator": {"time_scale": 50.0},
+    }  # the fixture's
     models = httpx.get(sim.url + "/v1/models").json()
     assert models["data"][0]["id"] == "moonshotai/Kimi-K2.5"
     assert httpx.get(sim.url + "/nope").status_code == 404

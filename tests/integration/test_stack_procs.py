@@ -45,8 +45,9 @@ def test_stop_takes_the_group_and_kills_what_ignores_sigterm(tmp_path: Path) -> 
 
 
 def test_a_pid_with_another_start_time_is_never_signalled(tmp_path: Path) -> None:
-    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"],
-                                 start_new_session=True)
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True
+    )
     try:
         time.sleep(0.2)
         wrong = ProcessId(bystander.pid, start_ticks=1)  # what a reused pid looks like

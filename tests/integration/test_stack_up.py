@@ -27,8 +27,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def specload(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "specload", *args], capture_output=True, text=True,
-        timeout=timeout, cwd=ROOT, check=False,
+        [sys.executable, "-m", "specload", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        check=False,
     )
 
 
@@ -67,15 +71,36 @@ def stack_dir(tmp_path: Path) -> Any:
 def test_stack_up_sweep_reload_down(
     stack_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    up = specload("stack", "up", "--state-dir", str(stack_dir), "--free-ports",
-                  "--workers", "1", "--scrape-interval", "1s", "--load-time", "1s",
-                  "--time-scale", "20", "--timeout", "60s")
+    up = specload(
+        "stack",
+        "up",
+        "--state-dir",
+        str(stack_dir),
+        "--free-ports",
+        "--workers",
+        "1",
+        "--scrape-interval",
+        "1s",
+        "--load-time",
+        "1s",
+        "--time-scale",
+        "20",
+        "--timeout",
+        "60s",
+    )
     assert up.returncode == 0, up.stdout + up.stderr
     assert "prometheus" in up.stdout and "http://127.0.0.1:" in up.stdout
     state = json.loads((stack_dir / "stack.json").read_text())
     parts = {p["name"]: p for p in state["parts"]}
-    assert set(parts) == {"baseline", "ngram", "alertmanager", "exporter", "prometheus",
-                          "locust-master", "locust-worker-1"}
+    assert set(parts) == {
+        "baseline",
+        "ngram",
+        "alertmanager",
+        "exporter",
+        "prometheus",
+        "locust-master",
+        "locust-worker-1",
+    }
     prometheus = parts["prometheus"]["url"]
     for name, part in parts.items():
         assert (stack_dir / "pids" / f"{name}.pid").read_text() == f"{part['pid']}\n"
@@ -91,32 +116,59 @@ def test_stack_up_sweep_reload_down(
     # Every Prometheus target is healthy: both variants, the exporter, the load generator.
     def targets_up() -> list[dict[str, Any]] | None:
         active = httpx.get(f"{prometheus}/api/v1/targets", timeout=2).json()["data"][
-            "activeTargets"]
+            "activeTargets"
+        ]
         return active if active and all(t["health"] == "up" for t in active) else None
 
     active = wait_for(targets_up, 30, "all Prometheus targets up")
     jobs = sorted((t["labels"]["job"], t["labels"].get("variant", "")) for t in active)
-    assert jobs == [("specload-exporter", ""), ("specload-loadgen", ""),
-                    ("vllm", "baseline"), ("vllm", "ngram")]
+    assert jobs == [
+        ("specload-exporter", ""),
+        ("specload-loadgen", ""),
+        ("vllm", "baseline"),
+        ("vllm", "ngram"),
+    ]
     rules = httpx.get(f"{prometheus}/api/v1/rules", timeout=2).json()["data"]["groups"]
     assert rules, "the repo's rules and alerts are loaded"
     alertmanagers = httpx.get(f"{prometheus}/api/v1/alertmanagers", timeout=2).json()
     assert alertmanagers["data"]["activeAlertmanagers"][0]["url"].startswith(
-        parts["alertmanager"]["url"])
+        parts["alertmanager"]["url"]
+    )
 
     # A short sweep through the stack's baseline server.
     results = tmp_path / "results"
-    sweep = specload("run", "--host", parts["baseline"]["url"], "--concurrency", "2",
-                     "--warmup", "0", "--duration", "2s", "--max-tokens", "64",
-                     "--variant", "baseline", "--metrics-address", "off",
-                     "--progress", "off", "--out", str(results), timeout=90)
+    sweep = specload(
+        "run",
+        "--host",
+        parts["baseline"]["url"],
+        "--concurrency",
+        "2",
+        "--warmup",
+        "0",
+        "--duration",
+        "2s",
+        "--max-tokens",
+        "64",
+        "--variant",
+        "baseline",
+        "--metrics-address",
+        "off",
+        "--progress",
+        "off",
+        "--out",
+        str(results),
+        timeout=90,
+    )
     assert sweep.returncode == 0, sweep.stdout + sweep.stderr
     summary = json.loads((results / "summary.json").read_text())
     assert summary["status"] == "complete"
     # And through the stack's own Locust master and worker (its web API).
     master = parts["locust-master"]["url"]
-    swarm = httpx.post(f"{master}/swarm", data={"user_count": 2, "spawn_rate": 2,
-                                                 "host": parts["ngram"]["url"]}, timeout=5)
+    swarm = httpx.post(
+        f"{master}/swarm",
+        data={"user_count": 2, "spawn_rate": 2, "host": parts["ngram"]["url"]},
+        timeout=5,
+    )
     assert swarm.status_code == 200, swarm.text
 
     def requests_done() -> int:
@@ -130,25 +182,51 @@ def test_stack_up_sweep_reload_down(
     # A reload of the ngram server, seen by the exporter and then in Prometheus.
     exporter = parts["exporter"]["url"]
     # (The exporter may count the first load, when it polled before the servers were up.)
-    before = {v: metric_value(exporter, "specload_target_reloads_total", {"variant": v})
-              for v in ("baseline", "ngram")}
+    before = {
+        v: metric_value(exporter, "specload_target_reloads_total", {"variant": v})
+        for v in ("baseline", "ngram")
+    }
     assert None not in before.values()
-    assert main(["stack", "reload", "ngram", "--state-dir", str(stack_dir), "--wait",
-                 "--timeout", "30s"]) == 0
+    assert (
+        main(
+            [
+                "stack",
+                "reload",
+                "ngram",
+                "--state-dir",
+                str(stack_dir),
+                "--wait",
+                "--timeout",
+                "30s",
+            ]
+        )
+        == 0
+    )
     assert "ngram serves again" in capsys.readouterr().out
-    wait_for(lambda: (metric_value(exporter, "specload_target_reloads_total",
-                                   {"variant": "ngram"}) or 0) >= before["ngram"] + 1,
-             15, "exporter sees the reload")
-    assert metric_value(exporter, "specload_target_reloads_total",
-                        {"variant": "baseline"}) == before["baseline"]
+    wait_for(
+        lambda: (
+            (metric_value(exporter, "specload_target_reloads_total", {"variant": "ngram"}) or 0)
+            >= before["ngram"] + 1
+        ),
+        15,
+        "exporter sees the reload",
+    )
+    assert (
+        metric_value(exporter, "specload_target_reloads_total", {"variant": "baseline"})
+        == before["baseline"]
+    )
 
     def prometheus_reloads() -> float:
-        result = httpx.get(f"{prometheus}/api/v1/query", timeout=2, params={
-            "query": 'specload_target_reloads_total{variant="ngram"}'}).json()["data"]["result"]
+        result = httpx.get(
+            f"{prometheus}/api/v1/query",
+            timeout=2,
+            params={"query": 'specload_target_reloads_total{variant="ngram"}'},
+        ).json()["data"]["result"]
         return float(result[0]["value"][1]) if result else 0.0
 
-    wait_for(lambda: prometheus_reloads() >= before["ngram"] + 1, 15,
-             "Prometheus records the reload")
+    wait_for(
+        lambda: prometheus_reloads() >= before["ngram"] + 1, 15, "Prometheus records the reload"
+    )
 
     # Down stops exactly what up started, leaving nothing behind.
     processes = [ProcessId(p["pid"], p["start_ticks"]) for p in parts.values()]
@@ -164,9 +242,19 @@ def test_stack_up_sweep_reload_down(
 
 
 def test_a_part_that_fails_is_reported_and_the_rest_stopped(stack_dir: Path) -> None:
-    up = specload("stack", "up", "--state-dir", str(stack_dir), "--free-ports",
-                  "--variants", "baseline,no-such-variant", "--load-time", "0",
-                  "--timeout", "30s")
+    up = specload(
+        "stack",
+        "up",
+        "--state-dir",
+        str(stack_dir),
+        "--free-ports",
+        "--variants",
+        "baseline,no-such-variant",
+        "--load-time",
+        "0",
+        "--timeout",
+        "30s",
+    )
     assert up.returncode == 1
     assert "no-such-variant failed to start" in up.stderr
     assert "  | " in up.stderr  # the failing part's log tail

@@ -39,8 +39,22 @@ def level_records(out: Path, step: str) -> list[dict]:
 def test_requests_n_sends_exactly_n(sweep_sim, specload_run, tmp_path, workers):
     sim = sweep_sim(["--variant", "baseline", *SIM])
     out = tmp_path / "run"
-    args = ["run", "--host", sim.url, "--concurrency", "1,4,16", "--warmup", "0",
-            "--requests", "20", "--max-tokens", "64", "--out", str(out), *LOAD]
+    args = [
+        "run",
+        "--host",
+        sim.url,
+        "--concurrency",
+        "1,4,16",
+        "--warmup",
+        "0",
+        "--requests",
+        "20",
+        "--max-tokens",
+        "64",
+        "--out",
+        str(out),
+        *LOAD,
+    ]
     if workers:
         args += ["--workers", str(workers)]
     result = specload_run(args, timeout=180)
@@ -61,9 +75,26 @@ def test_requests_n_sends_exactly_n(sweep_sim, specload_run, tmp_path, workers):
 def test_drain_deadline_records_unfinished_requests(sweep_sim, specload_run, tmp_path):
     sim = sweep_sim(["--variant", "baseline", "--time-scale", "1"])
     out = tmp_path / "run"
-    result = specload_run(["run", "--host", sim.url, "--concurrency", "3", "--warmup", "0",
-                           "--duration", "1", "--drain-timeout", "1", "--max-tokens", "4000",
-                           "--out", str(out), *LOAD])
+    result = specload_run(
+        [
+            "run",
+            "--host",
+            sim.url,
+            "--concurrency",
+            "3",
+            "--warmup",
+            "0",
+            "--duration",
+            "1",
+            "--drain-timeout",
+            "1",
+            "--max-tokens",
+            "4000",
+            "--out",
+            str(out),
+            *LOAD,
+        ]
+    )
     assert result.returncode == 0, result.stderr
     summary = read_summary(out)
     jsonschema.validate(summary, summary_schema())
@@ -79,8 +110,7 @@ def test_drain_deadline_records_unfinished_requests(sweep_sim, specload_run, tmp
 
 
 def _workers_of(pid: int) -> list[psutil.Process]:
-    return [p for p in psutil.Process(pid).children(recursive=True)
-            if "--worker" in p.cmdline()]
+    return [p for p in psutil.Process(pid).children(recursive=True) if "--worker" in p.cmdline()]
 
 
 def test_killed_worker_share_is_sent_again(sweep_sim, specload_popen, tmp_path):
@@ -88,9 +118,26 @@ def test_killed_worker_share_is_sent_again(sweep_sim, specload_popen, tmp_path):
     out = tmp_path / "run"
     # ~0.1 s requests: 400 at 4 users take ~10 s, against ~4 s until Locust calls a
     # silent worker missing
-    proc = specload_popen(["run", "--host", sim.url, "--concurrency", "4", "--warmup", "0",
-                           "--requests", "400", "--max-tokens", "64", "--workers", "2",
-                           "--out", str(out), *LOAD])
+    proc = specload_popen(
+        [
+            "run",
+            "--host",
+            sim.url,
+            "--concurrency",
+            "4",
+            "--warmup",
+            "0",
+            "--requests",
+            "400",
+            "--max-tokens",
+            "64",
+            "--workers",
+            "2",
+            "--out",
+            str(out),
+            *LOAD,
+        ]
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and len(level_records(out, "c4")) < 20:
         time.sleep(0.05)
@@ -116,9 +163,24 @@ def test_killed_worker_share_is_sent_again(sweep_sim, specload_popen, tmp_path):
 def test_every_request_failing_exits_4(sweep_sim, specload_run, tmp_path):
     sim = sweep_sim(["--variant", "baseline", *SIM])
     out = tmp_path / "run"
-    result = specload_run(["run", "--host", sim.url, "--model", "nosuchmodel",
-                           "--concurrency", "2", "--warmup", "0", "--duration", "1",
-                           "--out", str(out), *LOAD])
+    result = specload_run(
+        [
+            "run",
+            "--host",
+            sim.url,
+            "--model",
+            "nosuchmodel",
+            "--concurrency",
+            "2",
+            "--warmup",
+            "0",
+            "--duration",
+            "1",
+            "--out",
+            str(out),
+            *LOAD,
+        ]
+    )
     assert result.returncode == 4, result.stderr
     assert "every measured request failed (http_404" in result.stdout
     summary = read_summary(out)

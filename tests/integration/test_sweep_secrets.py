@@ -29,9 +29,26 @@ def test_url_password_and_key_reach_no_file_and_no_output(sweep_sim, specload_ru
     sim = sweep_sim(["--variant", "baseline", *SIM])
     host = sim.url.replace("http://", f"http://admin:{PASSWORD}@")
     out = tmp_path / "run"
-    result = specload_run(["run", "--host", host + "/v1", "--api-key", KEY,
-                           "--concurrency", "2", "--warmup", "0", "--duration", "1",
-                           "--workers", "1", "--out", str(out), *LOAD])
+    result = specload_run(
+        [
+            "run",
+            "--host",
+            host + "/v1",
+            "--api-key",
+            KEY,
+            "--concurrency",
+            "2",
+            "--warmup",
+            "0",
+            "--duration",
+            "1",
+            "--workers",
+            "1",
+            "--out",
+            str(out),
+            *LOAD,
+        ]
+    )
     assert result.returncode == 0, result.stderr
     summary = read_summary(out)
     assert summary["host"] == sim.url.replace("http://", "http://***@")
@@ -44,8 +61,20 @@ def test_url_password_and_key_reach_no_file_and_no_output(sweep_sim, specload_ru
 @pytest.mark.parametrize("key", [KEY + "\n", KEY + "\r", "sk specload"])
 def test_a_key_that_cannot_go_in_a_header_is_one_line_at_once(specload_run, tmp_path, key):
     out = tmp_path / "run"
-    result = specload_run(["run", "--host", "http://127.0.0.1:9", "--api-key", key,
-                           "--out", str(out), "--progress", "off"], timeout=30)
+    result = specload_run(
+        [
+            "run",
+            "--host",
+            "http://127.0.0.1:9",
+            "--api-key",
+            key,
+            "--out",
+            str(out),
+            "--progress",
+            "off",
+        ],
+        timeout=30,
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("specload: error: --api-key: the key contains")
@@ -61,8 +90,10 @@ def test_a_key_that_cannot_go_in_a_header_is_one_line_at_once(specload_run, tmp_
     ],
 )
 def test_bad_input_is_one_line_without_secrets(specload_run, tmp_path, args, needle):
-    result = specload_run(["run", *args, "--out", str(tmp_path / "r"), "--progress", "off",
-                           "--ready-timeout", "1"], timeout=30)
+    result = specload_run(
+        ["run", *args, "--out", str(tmp_path / "r"), "--progress", "off", "--ready-timeout", "1"],
+        timeout=30,
+    )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], lines

@@ -21,7 +21,13 @@ pytestmark = pytest.mark.integration
 # A fast simulator: the cost model 10x faster, short answers.
 SIM = ["--time-scale", "10"]
 LOAD = [
-    "--max-tokens", "48", "--metrics-address", "off", "--progress", "plain", "--no-plots",
+    "--max-tokens",
+    "48",
+    "--metrics-address",
+    "off",
+    "--progress",
+    "plain",
+    "--no-plots",
 ]
 
 
@@ -45,9 +51,24 @@ def wait_for_records(out: Path, step: str, n: int, timeout: float = 30.0) -> Non
 def test_sweep_levels_categories_and_server_block(sweep_sim, specload_run, tmp_path):
     sim = sweep_sim(["--variant", "ngram", *SIM])
     out = tmp_path / "run"
-    result = specload_run(["run", "--host", sim.url + "/v1", "--variant", "ngram",
-                           "--concurrency", "1,4", "--warmup", "1", "--duration", "3s",
-                           "--out", str(out), *LOAD[:-1]])
+    result = specload_run(
+        [
+            "run",
+            "--host",
+            sim.url + "/v1",
+            "--variant",
+            "ngram",
+            "--concurrency",
+            "1,4",
+            "--warmup",
+            "1",
+            "--duration",
+            "3s",
+            "--out",
+            str(out),
+            *LOAD[:-1],
+        ]
+    )
     assert result.returncode == 0, result.stderr
     summary = read_summary(out)
     check_schema(summary)
@@ -65,12 +86,18 @@ def test_sweep_levels_categories_and_server_block(sweep_sim, specload_run, tmp_p
         assert all(lo - 0.05 <= r["start_s"] <= hi + 0.05 for r in mine)
         assert level["duration"] == pytest.approx(3.0, abs=0.05)
         # throughput: the tokens that arrived in the window, recomputed from requests.jsonl
-        again = summarize_level(records, step=level["name"], window_start_s=lo,
-                                window_end_s=hi, duration_s=level["duration"])
+        again = summarize_level(
+            records,
+            step=level["name"],
+            window_start_s=lo,
+            window_end_s=hi,
+            duration_s=level["duration"],
+        )
         assert level["output_throughput"] == pytest.approx(again["output_throughput"], rel=0.01)
         # short requests against the window: close to the tokens of the requests it started
         assert level["output_throughput"] == pytest.approx(
-            sum(r["tokens_output"] for r in mine if r["ok"]) / level["duration"], rel=0.15)
+            sum(r["tokens_output"] for r in mine if r["ok"]) / level["duration"], rel=0.15
+        )
         # max_tokens 48 ends most requests inside reasoning: the guard says so
         truncated = level["reasoning_truncated_ratio"] > 0.2
         assert level["flags"] == (["reasoning_truncated"] if truncated else [])
@@ -78,19 +105,30 @@ def test_sweep_levels_categories_and_server_block(sweep_sim, specload_run, tmp_p
         # per category: the summary equals a recomputation from requests.jsonl
         assert set(level["categories"]) == {r["category"] for r in mine}
         for cat, stats in level["categories"].items():
-            again = aggregate_records([r for r in mine if r["category"] == cat],
-                                      level["name"], level["duration"])
-            for key in ("completed", "failed", "total_output_tokens", "total_reasoning_tokens",
-                        "median_tpot_ms", "p90_ttft_ms", "median_ttfct_ms", "reasoning_truncated"):
+            again = aggregate_records(
+                [r for r in mine if r["category"] == cat], level["name"], level["duration"]
+            )
+            for key in (
+                "completed",
+                "failed",
+                "total_output_tokens",
+                "total_reasoning_tokens",
+                "median_tpot_ms",
+                "p90_ttft_ms",
+                "median_ttfct_ms",
+                "reasoning_truncated",
+            ):
                 assert stats[key] == again[key], (cat, key)
         server = level["server"]
         assert server["source"] == "v1_counters"
         assert server["generation_tokens"] > 0
         assert 0 < server["spec_decode_acceptance_rate"] < 1
         assert server["spec_decode_acceptance_rate"] == pytest.approx(
-            server["spec_decode_num_accepted_tokens"] / server["spec_decode_num_draft_tokens"])
+            server["spec_decode_num_accepted_tokens"] / server["spec_decode_num_draft_tokens"]
+        )
         assert server["spec_decode_mean_acceptance_length"] == pytest.approx(
-            1 + server["spec_decode_num_accepted_tokens"] / server["spec_decode_num_drafts"])
+            1 + server["spec_decode_num_accepted_tokens"] / server["spec_decode_num_drafts"]
+        )
         assert server["mean_tpot_ms"] > 0
     # the drain let the last level's in-flight requests finish: none was cut
     assert summary["overhead_s"] < 3.0
@@ -102,8 +140,22 @@ def test_sweep_levels_categories_and_server_block(sweep_sim, specload_run, tmp_p
 def test_outage_mid_level_is_recorded_and_level_completes(sweep_sim, specload_popen, tmp_path):
     sim = sweep_sim(["--variant", "baseline", *SIM])
     out = tmp_path / "run"
-    proc = specload_popen(["run", "--host", sim.url, "--concurrency", "2", "--warmup", "0",
-                           "--duration", "4", "--out", str(out), *LOAD])
+    proc = specload_popen(
+        [
+            "run",
+            "--host",
+            sim.url,
+            "--concurrency",
+            "2",
+            "--warmup",
+            "0",
+            "--duration",
+            "4",
+            "--out",
+            str(out),
+            *LOAD,
+        ]
+    )
     wait_for_records(out, "c2", 5)
     sim.reload(load_time=2.0)
     stdout, stderr = proc.communicate(timeout=60)
@@ -125,12 +177,27 @@ def test_outage_mid_level_is_recorded_and_level_completes(sweep_sim, specload_po
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_signal_keeps_valid_summary_and_every_request(sweep_sim, specload_popen, tmp_path,
-                                                      sig, code):
+def test_signal_keeps_valid_summary_and_every_request(
+    sweep_sim, specload_popen, tmp_path, sig, code
+):
     sim = sweep_sim(["--variant", "baseline", *SIM])
     out = tmp_path / "run"
-    proc = specload_popen(["run", "--host", sim.url, "--concurrency", "2,4", "--warmup", "0",
-                           "--duration", "60", "--out", str(out), *LOAD])
+    proc = specload_popen(
+        [
+            "run",
+            "--host",
+            sim.url,
+            "--concurrency",
+            "2,4",
+            "--warmup",
+            "0",
+            "--duration",
+            "60",
+            "--out",
+            str(out),
+            *LOAD,
+        ]
+    )
     wait_for_records(out, "c2", 10)
     proc.send_signal(sig)
     proc.communicate(timeout=30)
@@ -152,8 +219,24 @@ def test_signal_keeps_valid_summary_and_every_request(sweep_sim, specload_popen,
 def test_workers_master_merges_every_record(sweep_sim, specload_run, tmp_path):
     sim = sweep_sim(["--variant", "baseline", *SIM])
     out = tmp_path / "run"
-    result = specload_run(["run", "--host", sim.url, "--concurrency", "4", "--warmup", "1",
-                           "--duration", "3", "--workers", "2", "--out", str(out), *LOAD])
+    result = specload_run(
+        [
+            "run",
+            "--host",
+            sim.url,
+            "--concurrency",
+            "4",
+            "--warmup",
+            "1",
+            "--duration",
+            "3",
+            "--workers",
+            "2",
+            "--out",
+            str(out),
+            *LOAD,
+        ]
+    )
     assert result.returncode == 0, result.stderr
     summary = read_summary(out)
     check_schema(summary)
@@ -168,9 +251,24 @@ def test_workers_master_merges_every_record(sweep_sim, specload_run, tmp_path):
 def test_open_loop_rate(sweep_sim, specload_run, tmp_path):
     sim = sweep_sim(["--variant", "baseline", *SIM])
     out = tmp_path / "run"
-    result = specload_run(["run", "--host", sim.url, "--request-rate", "10",
-                           "--max-concurrency", "16", "--warmup", "0", "--duration", "5",
-                           "--out", str(out), *LOAD])
+    result = specload_run(
+        [
+            "run",
+            "--host",
+            sim.url,
+            "--request-rate",
+            "10",
+            "--max-concurrency",
+            "16",
+            "--warmup",
+            "0",
+            "--duration",
+            "5",
+            "--out",
+            str(out),
+            *LOAD,
+        ]
+    )
     assert result.returncode == 0, result.stderr
     summary = read_summary(out)
     check_schema(summary)
@@ -182,12 +280,26 @@ def test_open_loop_rate(sweep_sim, specload_run, tmp_path):
 
 def test_unreachable_host_one_line_after_timeout(specload_run, tmp_path):
     port = free_port()
-    result = specload_run(["run", "--host", f"http://127.0.0.1:{port}", "--ready-timeout", "1",
-                           "--out", str(tmp_path / "r"), "--progress", "off"], timeout=30)
+    result = specload_run(
+        [
+            "run",
+            "--host",
+            f"http://127.0.0.1:{port}",
+            "--ready-timeout",
+            "1",
+            "--out",
+            str(tmp_path / "r"),
+            "--progress",
+            "off",
+        ],
+        timeout=30,
+    )
     assert result.returncode == 3
     lines = result.stderr.strip().splitlines()
-    assert lines == [f"specload: error: --host http://127.0.0.1:{port}: not ready after 1s "
-                     "(/health and /v1/models: connection refused)"]
+    assert lines == [
+        f"specload: error: --host http://127.0.0.1:{port}: not ready after 1s "
+        "(/health and /v1/models: connection refused)"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -210,7 +322,7 @@ def test_unwritable_out_dir_one_line(capsys, tmp_path):
     blocker.write_text("x")
     assert main(["run", "--out", str(blocker / "results")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"specload: error: --out {str(blocker / 'results')!r}: cannot create "
-                   "directory (Not a directory)"]
-
-
+    assert err == [
+        f"specload: error: --out {str(blocker / 'results')!r}: cannot create "
+        "directory (Not a directory)"
+    ]

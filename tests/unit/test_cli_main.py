@@ -18,7 +18,10 @@ pytestmark = pytest.mark.unit
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "specload", *args],
-        check=False, capture_output=True, text=True, timeout=60,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -53,6 +56,7 @@ def test_usage_error_from_a_subcommand_is_one_line(
 ) -> None:
     def boom(args: object) -> int:
         raise UsageError("--out: /nowhere is not writable\n(permission denied)")
+
     monkeypatch.setattr(compare_cli, "run", boom)
     assert main(["compare", "a", "b"]) == 2
     err = capsys.readouterr().err

@@ -31,10 +31,18 @@ def parse(*argv: str) -> argparse.Namespace:
 def test_defaults_quick_mode_and_explicit_options_win() -> None:
     normal = parse()
     assert (normal.concurrency, normal.duration, normal.time_scale, normal.load_time_s) == (
-        "1,4,16", "20s", 2.0, 12.0)
+        "1,4,16",
+        "20s",
+        2.0,
+        12.0,
+    )
     quick = parse("--quick")
     assert (quick.concurrency, quick.duration, quick.max_tokens, quick.load_time_s) == (
-        "1,4", "4s", 48, 4.0)
+        "1,4",
+        "4s",
+        48,
+        4.0,
+    )
     assert quick.scrape_interval == "500ms"
     mixed = parse("--quick", "--duration", "30s", "--load-time", "2s")
     assert (mixed.duration, mixed.load_time_s, mixed.concurrency) == ("30s", 2.0, "1,4")
@@ -42,8 +50,12 @@ def test_defaults_quick_mode_and_explicit_options_win() -> None:
 
 @pytest.mark.parametrize(
     ("argv", "named"),
-    [(["--time-scale", "0"], "--time-scale"), (["--load-time", "soon"], "--load-time"),
-     (["--load-time", "0"], "--load-time"), (["--scrape-interval=-1s"], "--scrape-interval")],
+    [
+        (["--time-scale", "0"], "--time-scale"),
+        (["--load-time", "soon"], "--load-time"),
+        (["--load-time", "0"], "--load-time"),
+        (["--scrape-interval=-1s"], "--scrape-interval"),
+    ],
 )
 def test_bad_options_are_one_line_errors(argv: list[str], named: str) -> None:
     with pytest.raises(UsageError, match=named):
@@ -53,17 +65,29 @@ def test_bad_options_are_one_line_errors(argv: list[str], named: str) -> None:
 def test_stack_up_baseline_reaches_the_exporter_config(tmp_path: Path) -> None:
     parser = argparse.ArgumentParser()
     stack_cli.add_arguments(parser)
-    args = parser.parse_args(["up", "--state-dir", str(tmp_path), "--baseline", "b.json",
-                              "--baseline", str(tmp_path / "c.json"), "--repo", str(ROOT),
-                              "--free-ports"])
+    args = parser.parse_args(
+        [
+            "up",
+            "--state-dir",
+            str(tmp_path),
+            "--baseline",
+            "b.json",
+            "--baseline",
+            str(tmp_path / "c.json"),
+            "--repo",
+            str(ROOT),
+            "--free-ports",
+        ]
+    )
     options = stack_cli._options(args, tmp_path)
     assert options.baselines == ((Path.cwd() / "b.json").resolve(), tmp_path / "c.json")
     plan = build_plan(options)
     config = exporter_config(plan)
     assert config["baselines"] == [str(p) for p in options.baselines]
     assert parse_config(config).baselines == options.baselines  # the exporter accepts it
-    without = exporter_config(build_plan(StackOptions(state_dir=tmp_path, repo=ROOT,
-                                                      free_ports=True)))
+    without = exporter_config(
+        build_plan(StackOptions(state_dir=tmp_path, repo=ROOT, free_ports=True))
+    )
     assert "baselines" not in without
 
 

@@ -44,8 +44,11 @@ def compose() -> dict[str, Any]:
 
 
 def services_in(compose: dict[str, Any], profile: str) -> dict[str, Any]:
-    return {name: s for name, s in compose["services"].items()
-            if not s.get("profiles") or profile in s["profiles"]}
+    return {
+        name: s
+        for name, s in compose["services"].items()
+        if not s.get("profiles") or profile in s["profiles"]
+    }
 
 
 def names_on_network(service_name: str, service: dict[str, Any]) -> set[str]:
@@ -89,8 +92,11 @@ def test_compose_file_matches_the_compose_spec_schema(compose: dict[str, Any]) -
 
 
 def test_schema_catches_a_typo(compose: dict[str, Any]) -> None:
-    schema = yaml.safe_load((resources.files("check_jsonschema")
-                             / "builtin_schemas/vendor/compose-spec.json").read_text())
+    schema = yaml.safe_load(
+        (
+            resources.files("check_jsonschema") / "builtin_schemas/vendor/compose-spec.json"
+        ).read_text()
+    )
     broken = yaml.safe_load(COMPOSE_FILE.read_text())
     broken["services"]["exporter"]["volume"] = broken["services"]["exporter"].pop("volumes")
     with pytest.raises(jsonschema.ValidationError):
@@ -115,14 +121,20 @@ def test_service_references_exist(compose: dict[str, Any]) -> None:
 
 
 def test_build_context_and_dockerfile_copy_sources_exist(compose: dict[str, Any]) -> None:
-    builds = {str(s["build"]["context"]) + "|" + s["build"]["dockerfile"]
-              for s in compose["services"].values() if "build" in s}
+    builds = {
+        str(s["build"]["context"]) + "|" + s["build"]["dockerfile"]
+        for s in compose["services"].values()
+        if "build" in s
+    }
     assert len(builds) == 1
     context, dockerfile = builds.pop().split("|")
     context_dir = (COMPOSE_DIR / context).resolve()
     assert context_dir == ROOT
-    copies = [line.split()[1:-1] for line in (context_dir / dockerfile).read_text().splitlines()
-              if line.startswith("COPY ")]
+    copies = [
+        line.split()[1:-1]
+        for line in (context_dir / dockerfile).read_text().splitlines()
+        if line.startswith("COPY ")
+    ]
     for sources in copies:
         for source in sources:
             if source == "README.md" and not (context_dir / source).exists():
@@ -163,8 +175,9 @@ def test_each_profile_names_every_server_and_ports_do_not_clash(
     master = active["locust-master"]
     targets.append(interpolate(master["environment"]["LOCUST_HOST"]).split("//", 1)[1])
     worker = argv_of(active["locust-worker"])
-    targets.append(worker[worker.index("--master-host") + 1] + ":"
-                   + worker[worker.index("--master-port") + 1])
+    targets.append(
+        worker[worker.index("--master-host") + 1] + ":" + worker[worker.index("--master-port") + 1]
+    )
     assert len(targets) >= 7
     for target in targets:
         host, port = target.rsplit(":", 1)
@@ -231,8 +244,13 @@ def test_prometheus_config_as_mounted_passes_promtool(
         pytest.skip("promtool is not installed (Debian package prometheus)")
     _materialise(compose["services"]["prometheus"], tmp_path)
     config = tmp_path / "etc" / "prometheus" / "prometheus.yml"
-    result = subprocess.run([promtool, "check", "config", str(config)], capture_output=True,
-                            text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [promtool, "check", "config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rule files found" in result.stdout
     assert "0 rule files found" not in result.stdout
@@ -247,7 +265,10 @@ def test_alertmanager_config_as_mounted_passes_amtool(
     _materialise(compose["services"]["alertmanager"], tmp_path)
     result = subprocess.run(
         [amtool, "check-config", str(tmp_path / "etc/alertmanager/alertmanager.yml")],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -259,7 +280,10 @@ def test_systemd_path_prometheus_config_passes_promtool() -> None:
         pytest.skip("promtool is not installed (Debian package prometheus)")
     result = subprocess.run(
         [promtool, "check", "config", str(ROOT / "deploy" / "prometheus" / "prometheus.yml")],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -282,11 +306,15 @@ def test_grafana_provisioning_resolves_inside_compose(compose: dict[str, Any]) -
     for path in (provisioning / "dashboards").glob("*.y*ml"):
         for provider in yaml.safe_load(path.read_text())["providers"]:
             folder = provider["options"]["path"].replace(
-                "${SPECLOAD_GRAFANA_DASHBOARDS}", str(boards))
+                "${SPECLOAD_GRAFANA_DASHBOARDS}", str(boards)
+            )
             assert list(Path(folder).glob("*.json")), f"{provider['name']}: no boards in {folder}"
     url = urlsplit(env["SPECLOAD_PROMETHEUS_URL"])
-    owners = [n for n, s in compose["services"].items()
-              if url.hostname in names_on_network(n, s) and "network_mode" not in s]
+    owners = [
+        n
+        for n, s in compose["services"].items()
+        if url.hostname in names_on_network(n, s) and "network_mode" not in s
+    ]
     assert owners == ["alertmanager"]  # Prometheus lives in Alertmanager's network namespace
     assert compose["services"]["prometheus"]["network_mode"] == "service:alertmanager"
     assert url.port == 9090

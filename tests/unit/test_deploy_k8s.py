@@ -62,8 +62,16 @@ def rendered(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_every_manifest_validates_against_its_schema(rendered: Path) -> None:
     docs = base_documents(rendered)
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds == ["Deployment", "Deployment", "Deployment", "PrometheusRule", "Service",
-                     "Service", "ServiceMonitor", "ServiceMonitor"]
+    assert kinds == [
+        "Deployment",
+        "Deployment",
+        "Deployment",
+        "PrometheusRule",
+        "Service",
+        "Service",
+        "ServiceMonitor",
+        "ServiceMonitor",
+    ]
     for doc in docs:
         validate(doc)
 
@@ -71,23 +79,35 @@ def test_every_manifest_validates_against_its_schema(rendered: Path) -> None:
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl (with kustomize) is not installed")
 def test_kustomize_build_validates(rendered: Path) -> None:
     assert KUBECTL is not None
-    result = subprocess.run([KUBECTL, "kustomize", str(rendered)], capture_output=True,
-                            text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [KUBECTL, "kustomize", str(rendered)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     docs = [d for d in yaml.safe_load_all(result.stdout) if d]
     for doc in docs:
         validate(doc)
         assert doc["metadata"]["namespace"] == "loadtest"
         assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "specload"
-    images = {c["image"] for d in docs if d["kind"] == "Deployment"
-              for c in d["spec"]["template"]["spec"]["containers"]}
+    images = {
+        c["image"]
+        for d in docs
+        if d["kind"] == "Deployment"
+        for c in d["spec"]["template"]["spec"]["containers"]
+    }
     assert images == {"registry.example/specload:1.2.3"}
     config_maps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
     exporter_cm = next(
         v for k, v in config_maps.items() if k.startswith("specload-exporter-config")
     )
-    exporter = next(d for d in docs if d["kind"] == "Deployment"
-                    and d["metadata"]["name"] == "specload-exporter")
+    exporter = next(
+        d
+        for d in docs
+        if d["kind"] == "Deployment" and d["metadata"]["name"] == "specload-exporter"
+    )
     volume = exporter["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"]
     assert volume == exporter_cm["metadata"]["name"]  # kustomize rewrote the hashed name
     boards_root = ROOT / "grafana" / "dashboards"
@@ -98,7 +118,8 @@ def test_kustomize_build_validates(rendered: Path) -> None:
         expected.setdefault(name, []).append(board.name)
     boards = {k: v for k, v in config_maps.items() if k.startswith("specload-dashboards")}
     assert {k: sorted(v["data"]) for k, v in boards.items()} == {
-        k: sorted(v) for k, v in expected.items()}
+        k: sorted(v) for k, v in expected.items()
+    }
     for name, config_map in boards.items():
         assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
         assert config_map["metadata"]["annotations"]["grafana_folder"].startswith("specload")
@@ -123,8 +144,13 @@ def test_prometheus_rule_groups_pass_promtool(rendered: Path, tmp_path: Path) ->
     (rule,) = [d for d in base_documents(rendered) if d["kind"] == "PrometheusRule"]
     rules = tmp_path / "rules.yml"
     rules.write_text(yaml.safe_dump(rule["spec"]))
-    result = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True,
-                            text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [promtool, "check", "rules", str(rules)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -135,8 +161,9 @@ def test_service_monitors_select_the_services_with_the_repo_job_names(rendered: 
     prometheus = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
     repo_jobs = {j["job_name"] for j in prometheus["scrape_configs"]}
     assert jobs <= repo_jobs
-    (main_monitor,) = [d for d in docs if d["kind"] == "ServiceMonitor"
-                       and d["metadata"]["name"] == "specload"]
+    (main_monitor,) = [
+        d for d in docs if d["kind"] == "ServiceMonitor" and d["metadata"]["name"] == "specload"
+    ]
     selected = set(main_monitor["spec"]["selector"]["matchExpressions"][0]["values"])
     assert selected == jobs
     for service in services.values():
@@ -149,11 +176,17 @@ def test_deployments_reference_ports_and_the_master_service(rendered: Path) -> N
     deployments = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Deployment"}
     services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
     for service in services.values():
-        (target,) = [d for d in deployments.values()
-                     if d["spec"]["template"]["metadata"]["labels"].items()
-                     >= service["spec"]["selector"].items()]
-        container_ports = {p["name"] for c in target["spec"]["template"]["spec"]["containers"]
-                           for p in c.get("ports", [])}
+        (target,) = [
+            d
+            for d in deployments.values()
+            if d["spec"]["template"]["metadata"]["labels"].items()
+            >= service["spec"]["selector"].items()
+        ]
+        container_ports = {
+            p["name"]
+            for c in target["spec"]["template"]["spec"]["containers"]
+            for p in c.get("ports", [])
+        }
         for port in service["spec"]["ports"]:
             assert port["targetPort"] in container_ports
     worker = deployments["locust-worker"]["spec"]["template"]["spec"]["containers"][0]

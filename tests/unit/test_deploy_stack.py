@@ -35,8 +35,13 @@ def test_default_plan_uses_the_documented_ports(tmp_path: Path) -> None:
     if not all(plan_module._port_free(p) for p in (8000, 8001, 8100, 8101, 9090, 9093, 9464)):
         pytest.skip("a default port is taken on this machine")
     plan = build_plan(options(tmp_path))
-    assert [p.name for p in plan.parts] == ["baseline", "ngram", "alertmanager", "exporter",
-                                            "prometheus"]
+    assert [p.name for p in plan.parts] == [
+        "baseline",
+        "ngram",
+        "alertmanager",
+        "exporter",
+        "prometheus",
+    ]
     assert plan.part("baseline").ports == {"port": 8000, "control": 8100}
     assert plan.part("ngram").ports == {"port": 8001, "control": 8101}
     assert plan.part("prometheus").url == "http://127.0.0.1:9090"
@@ -47,8 +52,7 @@ def test_default_plan_uses_the_documented_ports(tmp_path: Path) -> None:
 def test_plan_with_workers_and_free_ports(tmp_path: Path) -> None:
     plan = build_plan(options(tmp_path, workers=3, free_ports=True, variants=("a", "b", "c")))
     names = [p.name for p in plan.parts]
-    assert names[-4:] == ["locust-master", "locust-worker-1", "locust-worker-2",
-                          "locust-worker-3"]
+    assert names[-4:] == ["locust-master", "locust-worker-1", "locust-worker-2", "locust-worker-3"]
     ports = [port for p in plan.parts for port in p.ports.values()]
     assert len(ports) == len(set(ports))
     master = plan.part("locust-master")
@@ -94,13 +98,16 @@ def test_prometheus_config_keeps_jobs_and_points_at_the_stack() -> None:
     config = prometheus_config(repo_config, alertmanager="127.0.0.1:1234", scrape_interval_s=0.5)
     assert config["global"]["scrape_interval"] == "500ms"
     assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == [
-        "127.0.0.1:1234"]
+        "127.0.0.1:1234"
+    ]
     assert all(Path(p).is_absolute() for p in config["rule_files"])
     assert [j["job_name"] for j in config["scrape_configs"]] == [
-        j["job_name"] for j in original["scrape_configs"]]
+        j["job_name"] for j in original["scrape_configs"]
+    ]
     for job, before in zip(config["scrape_configs"], original["scrape_configs"], strict=True):
         assert {k: v for k, v in job.items() if k != "file_sd_configs"} == {
-            k: v for k, v in before.items() if k != "file_sd_configs"}
+            k: v for k, v in before.items() if k != "file_sd_configs"
+        }
 
 
 @needs_prometheus
@@ -108,16 +115,22 @@ def test_generated_configs_pass_promtool_and_the_exporter(tmp_path: Path) -> Non
     plan = build_plan(options(tmp_path, free_ports=True, workers=1, scrape_interval_s=1.0))
     write_configs(plan)
     state = tmp_path / "stack"
-    result = subprocess.run(["promtool", "check", "config",
-                             str(state / "prometheus" / "prometheus.yml")],
-                            capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        ["promtool", "check", "config", str(state / "prometheus" / "prometheus.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "0 rule files found" not in result.stdout
     vllm = yaml.safe_load((state / "prometheus" / "targets" / "vllm.yml").read_text())
     assert [(g["targets"], g["labels"]["variant"]) for g in vllm] == [
-        ([f"127.0.0.1:{plan.part(v).ports['port']}"], v) for v in ("baseline", "ngram")]
-    loadgen = yaml.safe_load((state / "prometheus" / "targets" / "specload-loadgen.yml")
-                             .read_text())
+        ([f"127.0.0.1:{plan.part(v).ports['port']}"], v) for v in ("baseline", "ngram")
+    ]
+    loadgen = yaml.safe_load(
+        (state / "prometheus" / "targets" / "specload-loadgen.yml").read_text()
+    )
     assert loadgen == [{"targets": [f"127.0.0.1:{plan.part('locust-master').ports['metrics']}"]}]
     cfg = parse_config(yaml.safe_load((state / "exporter.yaml").read_text()))
     assert cfg.port == plan.part("exporter").ports["port"]

@@ -88,16 +88,17 @@ def test_only_exec_start_lines_change() -> None:
     tail = len(old_lines) - setting.last_line - 1
     assert old_lines[-tail:] == new_lines[-tail:]
     # Continuation lines of ExecStart= before the last one are kept verbatim.
-    assert old_lines[setting.first_line : setting.last_line] == new_lines[
-        setting.first_line : setting.last_line
-    ]
+    assert (
+        old_lines[setting.first_line : setting.last_line]
+        == new_lines[setting.first_line : setting.last_line]
+    )
 
 
 SPEC_FORMS = [
-    "--speculative-config '{\"method\":\"ngram\",\"num_speculative_tokens\":5}'",
-    "--speculative-config={\\\"method\\\":\\\"ngram\\\"}",
-    "--speculative_config '{\"method\": \"eagle\"}'",
-    "-sc '{\"method\":\"ngram\"}'",
+    '--speculative-config \'{"method":"ngram","num_speculative_tokens":5}\'',
+    '--speculative-config={\\"method\\":\\"ngram\\"}',
+    '--speculative_config \'{"method": "eagle"}\'',
+    '-sc \'{"method":"ngram"}\'',
     "--speculative-config.method ngram --speculative-config.num_speculative_tokens 4",
     "--spec-method ngram --spec-tokens 3",
     "--speculative-model [ngram] --num-speculative-tokens 5 --ngram-prompt-lookup-max 4",
@@ -127,13 +128,13 @@ def test_flag_on_its_own_line_is_replaced_in_place() -> None:
     unit = (
         "[Service]\n"
         "ExecStart=/opt/v/bin/vllm serve m \\\n"
-        "    --speculative-config '{\"method\":\"ngram\"}' \\\n"
+        '    --speculative-config \'{"method":"ngram"}\' \\\n'
         "    # a comment inside the continuation\n"
         "    --port 8000\n"
     )
     new = rewrite_unit(unit, VARIANTS["eagle3"]).text.splitlines()
     assert new[1] == "ExecStart=/opt/v/bin/vllm serve m \\"
-    assert new[2].startswith("    --speculative-config '{\"method\":\"eagle3\"")
+    assert new[2].startswith('    --speculative-config \'{"method":"eagle3"')
     assert new[2].endswith(" \\")
     assert new[3:] == ["    # a comment inside the continuation", "    --port 8000"]
     baseline = rewrite_unit(unit, VARIANTS["baseline"]).text.splitlines()
@@ -145,10 +146,7 @@ def test_flag_on_its_own_line_is_replaced_in_place() -> None:
 
 
 def test_last_line_removed_drops_the_dangling_backslash() -> None:
-    unit = (
-        "[Service]\nExecStart=/v/vllm serve m \\\n  --port 1 \\\n"
-        "  -sc '{\"method\":\"ngram\"}'\n"
-    )
+    unit = '[Service]\nExecStart=/v/vllm serve m \\\n  --port 1 \\\n  -sc \'{"method":"ngram"}\'\n'
     assert rewrite_unit(unit, VARIANTS["baseline"]).text == (
         "[Service]\nExecStart=/v/vllm serve m \\\n  --port 1\n"
     )
@@ -156,12 +154,16 @@ def test_last_line_removed_drops_the_dangling_backslash() -> None:
 
 def test_python_module_entrypoint_and_prefixes_are_recognised() -> None:
     unit = (
-        "[Service]\n"
-        "ExecStart=-/venv/bin/python -m vllm.entrypoints.openai.api_server --model m\n"
+        "[Service]\nExecStart=-/venv/bin/python -m vllm.entrypoints.openai.api_server --model m\n"
     )
     words = exec_words(rewrite_unit(unit, VARIANTS["ngram"]).text)
-    assert words[:5] == ["-/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server",
-                         "--model", "m"]
+    assert words[:5] == [
+        "-/venv/bin/python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "m",
+    ]
     assert speculative_part(words) == VARIANTS["ngram"].speculative_config
 
 
@@ -249,8 +251,12 @@ def test_hostile_variant_names_are_refused(name: str) -> None:
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("not json", "not JSON"), ("[1, 2]", "JSON object"), ("{}", "JSON object"),
-     ('{"method": 3}', "must be a string")],
+    [
+        ("not json", "not JSON"),
+        ("[1, 2]", "JSON object"),
+        ("{}", "JSON object"),
+        ('{"method": 3}', "must be a string"),
+    ],
 )
 def test_bad_spec_json_is_refused(text: str, message: str) -> None:
     with pytest.raises(UsageError, match=message):
@@ -271,7 +277,10 @@ def _verify(unit_path: Path) -> subprocess.CompletedProcess[str]:
     assert SYSTEMD_ANALYZE is not None
     return subprocess.run(
         [SYSTEMD_ANALYZE, "verify", "--man=no", "--generators=no", str(unit_path)],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -317,7 +326,8 @@ def test_systemd_itself_unquotes_our_quoting(value: str, tmp_path: Path) -> None
     match = re.search(
         r"(?:Executable name contains special characters: (.*)"
         r"|Command (.*) is not executable: .*)$",
-        result.stderr, re.M,
+        result.stderr,
+        re.M,
     )
     assert match is not None, result.stderr
     shown = match.group(1) or match.group(2)
@@ -344,21 +354,36 @@ def test_cli_writes_beside_the_source_and_prints_the_diff(
     source = tmp_path / "vllm.service"
     shutil.copy(REFERENCE_UNIT, source)
     source.chmod(0o640)
-    assert main(["deploy", "systemd", "--from", str(source), "--variant", "ngram",
-                 "-k", "5", "--prompt-lookup-max", "4"]) == 0
+    assert (
+        main(
+            [
+                "deploy",
+                "systemd",
+                "--from",
+                str(source),
+                "--variant",
+                "ngram",
+                "-k",
+                "5",
+                "--prompt-lookup-max",
+                "4",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     target = tmp_path / "vllm-ngram.service"
     assert target.exists() and oct(target.stat().st_mode & 0o777) == "0o640"
-    assert "+    --speculative-config '{\"method\":\"ngram\",\"num_speculative_tokens\":5," in out
+    assert '+    --speculative-config \'{"method":"ngram","num_speculative_tokens":5,' in out
     assert speculative_part(exec_words(target.read_text())) == {
-        "method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4,
+        "method": "ngram",
+        "num_speculative_tokens": 5,
+        "prompt_lookup_max": 4,
         "prompt_lookup_min": 2,
     }
     # Same output again is fine; a different one needs --force.
-    assert main(["deploy", "systemd", "--from", str(source), "--variant", "ngram",
-                 "-k", "5"]) == 0
-    assert main(["deploy", "systemd", "--from", str(source), "--variant", "ngram",
-                 "-k", "3"]) == 2
+    assert main(["deploy", "systemd", "--from", str(source), "--variant", "ngram", "-k", "5"]) == 0
+    assert main(["deploy", "systemd", "--from", str(source), "--variant", "ngram", "-k", "3"]) == 2
     assert "--force" in capsys.readouterr().err
 
 
@@ -367,8 +392,22 @@ def test_cli_spec_from_file_and_dry_run(tmp_path: Path, capsys: pytest.CaptureFi
     shutil.copy(REFERENCE_UNIT, source)
     spec = tmp_path / "spec.json"
     spec.write_text('{"method": "suffix", "num_speculative_tokens": 16}')
-    assert main(["deploy", "systemd", "--from", str(source), "--variant", "suffix",
-                 "--spec", f"@{spec}", "--dry-run"]) == 0
+    assert (
+        main(
+            [
+                "deploy",
+                "systemd",
+                "--from",
+                str(source),
+                "--variant",
+                "suffix",
+                "--spec",
+                f"@{spec}",
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     assert '"method":"suffix"' in capsys.readouterr().out
     assert not (tmp_path / "vllm-suffix.service").exists()
 
@@ -394,14 +433,23 @@ def test_cli_errors_are_one_line(
 
 
 def test_cli_missing_source_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["deploy", "systemd", "--from", "/nonexistent/vllm.service",
-                 "--variant", "ngram"]) == 2
+    assert (
+        main(["deploy", "systemd", "--from", "/nonexistent/vllm.service", "--variant", "ngram"])
+        == 2
+    )
     assert "--from: cannot read" in capsys.readouterr().err
 
 
 def test_reference_unit_is_the_documented_deployment() -> None:
     text = REFERENCE_UNIT.read_text()
-    for needle in ("NCCL_PROTO=LL", "NCCL_ALGO=Ring", "NCCL_MAX_NCHANNELS=16", "HF_HOME",
-                   "--tensor-parallel-size 8", "--tool-call-parser", "--reasoning-parser"):
+    for needle in (
+        "NCCL_PROTO=LL",
+        "NCCL_ALGO=Ring",
+        "NCCL_MAX_NCHANNELS=16",
+        "HF_HOME",
+        "--tensor-parallel-size 8",
+        "--tool-call-parser",
+        "--reasoning-parser",
+    ):
         assert needle in text
     assert os.access(REFERENCE_UNIT, os.R_OK)

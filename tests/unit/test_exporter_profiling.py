@@ -20,8 +20,9 @@ pytestmark = pytest.mark.unit
 
 
 def _target(variant: str, tmp_path: Path, interval_s: float | None = None) -> ProfileTarget:
-    return ProfileTarget(variant, parse_server_url("http://127.0.0.1:1"), tmp_path, interval_s,
-                         seconds=0.01)
+    return ProfileTarget(
+        variant, parse_server_url("http://127.0.0.1:1"), tmp_path, interval_s, seconds=0.01
+    )
 
 
 @pytest.fixture
@@ -44,36 +45,48 @@ def test_collect_after_success_and_failure(tmp_path: Path, report_path: Path) ->
 
     source = ProfilingSource(
         [_target(v, tmp_path) for v in ("baseline", "ngram", "broken")],
-        capture_fn=fake_capture, clock=lambda: 1234.5,
+        capture_fn=fake_capture,
+        clock=lambda: 1234.5,
     )
     registry = CollectorRegistry()
     registry.register(source)  # describe() is empty: registering does no work
     assert calls == []
     get = registry.get_sample_value
     assert get("specload_decode_allreduce_ratio", {"variant": "baseline"}) is None
-    assert get("specload_profile_failures_total",
-               {"variant": "baseline", "reason": "timeout"}) == 0.0
+    assert (
+        get("specload_profile_failures_total", {"variant": "baseline", "reason": "timeout"}) == 0.0
+    )
     for v in ("baseline", "ngram", "broken"):
         source.run_once(v)
     assert get("specload_decode_allreduce_ratio", {"variant": "baseline"}) == pytest.approx(
-        7000 / 13600, abs=1e-4)
+        7000 / 13600, abs=1e-4
+    )
     assert get("specload_decode_step_seconds", {"variant": "baseline"}) == pytest.approx(0.0136)
-    assert get("specload_decode_allreduce_seconds_per_step",
-               {"variant": "baseline"}) == pytest.approx(0.007)
+    assert get(
+        "specload_decode_allreduce_seconds_per_step", {"variant": "baseline"}
+    ) == pytest.approx(0.007)
     assert get("specload_profile_decode_steps", {"variant": "baseline"}) == 3
     assert get("specload_profile_last_success_timestamp_seconds", {"variant": "baseline"}) == 1234.5
     assert get("specload_profile_captures_total", {"variant": "baseline"}) == 1
     assert get("specload_decode_allreduce_ratio", {"variant": "ngram"}) is None
-    assert get("specload_profile_failures_total",
-               {"variant": "ngram", "reason": "profiler_not_enabled"}) == 1
-    assert get("specload_profile_failures_total",
-               {"variant": "broken", "reason": "internal_error"}) == 1
+    assert (
+        get(
+            "specload_profile_failures_total",
+            {"variant": "ngram", "reason": "profiler_not_enabled"},
+        )
+        == 1
+    )
+    assert (
+        get("specload_profile_failures_total", {"variant": "broken", "reason": "internal_error"})
+        == 1
+    )
     assert get("specload_profile_in_progress", {"variant": "ngram"}) == 0
     assert "404" in (source.last_error("ngram") or "")
 
 
-def test_trigger_runs_in_background_and_interval_schedules(tmp_path: Path,
-                                                           report_path: Path) -> None:
+def test_trigger_runs_in_background_and_interval_schedules(
+    tmp_path: Path, report_path: Path
+) -> None:
     done = threading.Event()
     counts = {"on_demand": 0, "scheduled": 0}
 

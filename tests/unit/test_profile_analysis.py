@@ -30,8 +30,12 @@ from specload.profile.tracefile import (
 pytestmark = pytest.mark.unit
 
 GPU_FAMILIES = sorted(set(ALLREDUCE_KERNEL_EXAMPLES) - CPU_OP_FAMILIES)
-MODES = {"gpu_annotation": MODE_GPU_RANGES, "launch": MODE_LAUNCH,
-         "kernel_start": MODE_KERNEL_START, "cpu": MODE_CPU_OPS}
+MODES = {
+    "gpu_annotation": MODE_GPU_RANGES,
+    "launch": MODE_LAUNCH,
+    "kernel_start": MODE_KERNEL_START,
+    "cpu": MODE_CPU_OPS,
+}
 
 
 def _steps(ar1: float = 7000.0, ar32: float = 6000.0) -> list[StepSpec]:
@@ -75,7 +79,8 @@ def test_recovers_true_share_cpu(tmp_path: Path) -> None:
     for batch in (1, 32):
         # Nested c10d::allreduce_ ⊃ _C::shm_allreduce count once.
         assert j["batch_sizes"][str(batch)]["allreduce_ratio"] == pytest.approx(
-            truth.ratio(batch), abs=1e-4)
+            truth.ratio(batch), abs=1e-4
+        )
     assert j["ranks"][0]["decode_allreduce_kernels_per_step"] == 16
     assert set(j["allreduce_kernels"]) == {"cpu_shm", "cpu_gloo"}
 
@@ -84,10 +89,14 @@ def test_launch_correlation_matters(tmp_path: Path) -> None:
     """Without GPU ranges the kernels run past the CPU range: only launches place them."""
     path = tmp_path / "l.json"
     truth = write_trace(path, _steps(), style="launch", lag_us=400.0)
-    ranges = [(ev["ts"], ev["ts"] + ev["dur"]) for ev in iter_events(path)
-              if ev.get("cat") == "user_annotation"]
+    ranges = [
+        (ev["ts"], ev["ts"] + ev["dur"])
+        for ev in iter_events(path)
+        if ev.get("cat") == "user_annotation"
+    ]
     late = sum(
-        1 for ev in iter_events(path)
+        1
+        for ev in iter_events(path)
         if ev.get("cat") == "kernel" and not any(a <= ev["ts"] <= b for a, b in ranges)
     )
     assert late > 0  # the trace does put kernels beyond their step's CPU range
@@ -125,8 +134,9 @@ def test_cuda_graph_launch_places_all_its_kernels(tmp_path: Path) -> None:
             w.kernel(nccl, t0 + 500.0, 1000.0, launch_ts_us=t0 + 10.0)
             corr = w._correlation
             for k in range(3):
-                w._x("kernel", nccl, (0, 7), (t0 + 2000.0 + k * 1000.0, 500.0),
-                     {"correlation": corr})
+                w._x(
+                    "kernel", nccl, (0, 7), (t0 + 2000.0 + k * 1000.0, 500.0), {"correlation": corr}
+                )
     j = analyze([path]).to_json()
     assert j["ranks"][0]["mode"] == MODE_LAUNCH
     assert j["decode_allreduce_seconds_per_step"] == pytest.approx(2500e-6)
@@ -190,8 +200,9 @@ def test_ranks_median_max_and_straggler(tmp_path: Path) -> None:
 def test_rank_from_file_name_when_header_has_none(tmp_path: Path) -> None:
     path = tmp_path / "worker_rank6.123.pt.trace.json"
     write_trace(path, [StepSpec(1, 1000.0, 100.0, allreduces=2, other_kernels=2)])
-    text = path.read_text().replace('"distributedInfo":{"backend":"nccl","rank":0,"world_size":1},',
-                                    "")
+    text = path.read_text().replace(
+        '"distributedInfo":{"backend":"nccl","rank":0,"world_size":1},', ""
+    )
     path.write_text(text)
     assert analyze_file(path).rank == 6
 
@@ -209,7 +220,10 @@ def test_steps_written_out_of_order(tmp_path: Path) -> None:
             w.kernel(nccl, step * 1000.0 + 10, 100.0 * (step + 1))
     j = analyze([path]).to_json()
     assert {k: v["allreduce_seconds_per_step"] for k, v in j["batch_sizes"].items()} == {
-        "1": pytest.approx(100e-6), "2": pytest.approx(200e-6), "3": pytest.approx(300e-6)}
+        "1": pytest.approx(100e-6),
+        "2": pytest.approx(200e-6),
+        "3": pytest.approx(300e-6),
+    }
 
 
 def test_no_step_annotations_is_an_error(tmp_path: Path) -> None:
@@ -228,8 +242,18 @@ def test_two_traces_for_one_rank_is_an_error(tmp_path: Path) -> None:
         analyze([a, b])
 
 
-@pytest.mark.parametrize(("batch", "label"), [(1, "1"), (2, "2"), (3, "3-4"), (4, "3-4"),
-                                              (17, "17-32"), (32, "17-32"), (33, "33-64"),
-                                              (5000, ">1024")])
+@pytest.mark.parametrize(
+    ("batch", "label"),
+    [
+        (1, "1"),
+        (2, "2"),
+        (3, "3-4"),
+        (4, "3-4"),
+        (17, "17-32"),
+        (32, "17-32"),
+        (33, "33-64"),
+        (5000, ">1024"),
+    ],
+)
 def test_batch_buckets(batch: int, label: str) -> None:
     assert batch_bucket(batch) == label

@@ -17,7 +17,8 @@ from specload.profile.synthetic import StepSpec, write_trace
 pytestmark = pytest.mark.unit
 
 STEPS = [StepSpec(1, 13600.0, 7000.0, allreduces=8, other_kernels=8)] * 4 + [
-    StepSpec(32, 20000.0, 6000.0, allreduces=8, other_kernels=8)] * 4
+    StepSpec(32, 20000.0, 6000.0, allreduces=8, other_kernels=8)
+] * 4
 
 
 class FakeVLLM:
@@ -49,9 +50,12 @@ class FakeVLLM:
                         (fake.trace_dir / "truth.json").write_text("{}")
                         (fake.trace_dir / "rank0.profiler_out.txt").write_text("table")
                         for rank in range(fake.world_size):
-                            write_trace(fake.trace_dir / f"w_rank{rank}.{len(fake.calls)}"
-                                        ".pt.trace.json.gz", STEPS, rank=rank,
-                                        world_size=fake.world_size)
+                            write_trace(
+                                fake.trace_dir / f"w_rank{rank}.{len(fake.calls)}.pt.trace.json.gz",
+                                STEPS,
+                                rank=rank,
+                                world_size=fake.world_size,
+                            )
                 self.send_response(200)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -87,8 +91,13 @@ def test_analyze_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "spin-wait" in out
     assert main(["profile", "analyze", "--json", *map(str, sorted(tmp_path.iterdir()))]) == 0
     j = json.loads(capsys.readouterr().out)
-    for key in ("decode_allreduce_ratio", "decode_step_seconds",
-                "decode_allreduce_seconds_per_step", "decode_steps", "ranks"):
+    for key in (
+        "decode_allreduce_ratio",
+        "decode_step_seconds",
+        "decode_allreduce_seconds_per_step",
+        "decode_steps",
+        "ranks",
+    ):
         assert key in j
     assert j["decode_steps"] == 8 and len(j["ranks"]) == 2
     assert j["buckets"]["1"]["allreduce_ratio"] == pytest.approx(7000 / 13600, abs=1e-4)
@@ -96,11 +105,16 @@ def test_analyze_text_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 @pytest.mark.parametrize(
     ("content", "needle"),
-    [(b"", "is empty"), (b'{"traceEvents": [{"ph": "X"', "truncated"),
-     (b"not json", "malformed"), (b'{"schemaVersion": 1}', "no traceEvents")],
+    [
+        (b"", "is empty"),
+        (b'{"traceEvents": [{"ph": "X"', "truncated"),
+        (b"not json", "malformed"),
+        (b'{"schemaVersion": 1}', "no traceEvents"),
+    ],
 )
-def test_analyze_bad_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                      content: bytes, needle: str) -> None:
+def test_analyze_bad_file_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, needle: str
+) -> None:
     path = tmp_path / "bad.pt.trace.json"
     path.write_bytes(content)
     assert main(["profile", "analyze", str(path)]) == 2
@@ -117,8 +131,19 @@ def test_analyze_missing_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_capture(fake_vllm: FakeVLLM, capsys: pytest.CaptureFixture[str]) -> None:
     # An old trace in the directory is not part of this capture.
     write_trace(fake_vllm.trace_dir / "old_rank0.pt.trace.json.gz", STEPS[:1])
-    code = main(["profile", "capture", "--target", fake_vllm.url, "--seconds", "0.2",
-                 "--trace-dir", str(fake_vllm.trace_dir), "--json"])
+    code = main(
+        [
+            "profile",
+            "capture",
+            "--target",
+            fake_vllm.url,
+            "--seconds",
+            "0.2",
+            "--trace-dir",
+            str(fake_vllm.trace_dir),
+            "--json",
+        ]
+    )
     assert code == 0
     j = json.loads(capsys.readouterr().out)
     assert fake_vllm.calls == ["/start_profile", "/stop_profile"]  # no /v1/v1, no /v1
@@ -127,19 +152,42 @@ def test_capture(fake_vllm: FakeVLLM, capsys: pytest.CaptureFixture[str]) -> Non
     assert j["decode_allreduce_ratio"] == pytest.approx(13000 / 33600, abs=1e-4)
 
 
-def test_capture_profiler_not_enabled(fake_vllm: FakeVLLM,
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_capture_profiler_not_enabled(
+    fake_vllm: FakeVLLM, capsys: pytest.CaptureFixture[str]
+) -> None:
     fake_vllm.mode = "404"
-    code = main(["profile", "capture", "--target", fake_vllm.url, "--seconds", "0.1",
-                 "--trace-dir", str(fake_vllm.trace_dir)])
+    code = main(
+        [
+            "profile",
+            "capture",
+            "--target",
+            fake_vllm.url,
+            "--seconds",
+            "0.1",
+            "--trace-dir",
+            str(fake_vllm.trace_dir),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "profiler not enabled" in err
 
 
 def test_capture_stop_timeout(fake_vllm: FakeVLLM, capsys: pytest.CaptureFixture[str]) -> None:
     fake_vllm.mode = "slow_stop"
-    code = main(["profile", "capture", "--target", fake_vllm.url, "--seconds", "0.1",
-                 "--stop-timeout", "0.3", "--trace-dir", str(fake_vllm.trace_dir)])
+    code = main(
+        [
+            "profile",
+            "capture",
+            "--target",
+            fake_vllm.url,
+            "--seconds",
+            "0.1",
+            "--stop-timeout",
+            "0.3",
+            "--trace-dir",
+            str(fake_vllm.trace_dir),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "stop_profile" in err and "within 0.3 s" in err
@@ -147,24 +195,57 @@ def test_capture_stop_timeout(fake_vllm: FakeVLLM, capsys: pytest.CaptureFixture
 
 def test_capture_no_trace(fake_vllm: FakeVLLM, capsys: pytest.CaptureFixture[str]) -> None:
     fake_vllm.mode = "no_trace"
-    code = main(["profile", "capture", "--target", fake_vllm.url, "--seconds", "0.1",
-                 "--settle", "0.3", "--trace-dir", str(fake_vllm.trace_dir)])
+    code = main(
+        [
+            "profile",
+            "capture",
+            "--target",
+            fake_vllm.url,
+            "--seconds",
+            "0.1",
+            "--settle",
+            "0.3",
+            "--trace-dir",
+            str(fake_vllm.trace_dir),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "no trace found" in err
 
 
-def test_capture_truncated_trace(fake_vllm: FakeVLLM,
-                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_capture_truncated_trace(fake_vllm: FakeVLLM, capsys: pytest.CaptureFixture[str]) -> None:
     fake_vllm.mode = "bad_trace"
-    code = main(["profile", "capture", "--target", fake_vllm.url, "--seconds", "0.1",
-                 "--settle", "1", "--trace-dir", str(fake_vllm.trace_dir)])
+    code = main(
+        [
+            "profile",
+            "capture",
+            "--target",
+            fake_vllm.url,
+            "--seconds",
+            "0.1",
+            "--settle",
+            "1",
+            "--trace-dir",
+            str(fake_vllm.trace_dir),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "w_rank0.pt.trace.json.gz is truncated" in err
 
 
 def test_capture_unreachable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["profile", "capture", "--target", "http://127.0.0.1:9", "--seconds", "0.1",
-                 "--trace-dir", str(tmp_path)])
+    code = main(
+        [
+            "profile",
+            "capture",
+            "--target",
+            "http://127.0.0.1:9",
+            "--seconds",
+            "0.1",
+            "--trace-dir",
+            str(tmp_path),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "cannot reach" in err

@@ -30,10 +30,14 @@ def test_every_example_classifies_to_its_family(family: str) -> None:
         ("void vllm::cross_device_reduce_2stage<__nv_bfloat16, 8>(...)", "custom"),
         ("void aiter::cross_device_reduce_2stage<__hip_bfloat16, 8>(...)", "custom"),
         ("void c10d::symmetric_memory::two_shot_all_reduce_kernel<float, 16, 4>(...)", "symm_mem"),
-        ("void c10d::symmetric_memory::multimem_all_reduce_kernel<c10::BFloat16, 16>(...)",
-         "symm_mem"),
-        ("void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_twoshot_sync<...>",
-         "flashinfer"),
+        (
+            "void c10d::symmetric_memory::multimem_all_reduce_kernel<c10::BFloat16, 16>(...)",
+            "symm_mem",
+        ),
+        (
+            "void flashinfer::trtllm_allreduce_fusion::allreduce_fusion_kernel_twoshot_sync<...>",
+            "flashinfer",
+        ),
         ("quickreduce::allreduce_prototype_oneshot<...>", "quick_reduce"),
         ("ncclDevKernel_AllGather_RING_LL", None),
         ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", None),
@@ -49,8 +53,13 @@ def test_kernel_names(name: str, family: str | None) -> None:
 
 @pytest.mark.parametrize(
     ("name", "family"),
-    [("_C::shm_allreduce", "cpu_shm"), ("c10d::allreduce_", "cpu_gloo"),
-     ("gloo:all_reduce", "cpu_gloo"), ("aten::add_", None), ("vllm::all_reduce", None)],
+    [
+        ("_C::shm_allreduce", "cpu_shm"),
+        ("c10d::allreduce_", "cpu_gloo"),
+        ("gloo:all_reduce", "cpu_gloo"),
+        ("aten::add_", None),
+        ("vllm::all_reduce", None),
+    ],
 )
 def test_cpu_op_names(name: str, family: str | None) -> None:
     assert classify(name, cpu_op=True) == family

@@ -110,12 +110,20 @@ def test_step_annotation_round_trip() -> None:
     shape = parse_step_annotation(name)
     assert shape is not None
     assert (shape.num_prefill, shape.prefill_tokens, shape.num_decode, shape.decode_tokens) == (
-        2, 1024, 30, 120)
+        2,
+        1024,
+        30,
+        120,
+    )
     assert not shape.decode_only
     decode = parse_step_annotation("execute_context_0(0)_generation_1(1)")
     assert decode is not None and decode.decode_only
-    for other in ("execute_model", "execute_context_0(0)", "execute_context_x(0)_generation_1(1)",
-                  "execute_context_0(0)_generation_1(1)_extra"):
+    for other in (
+        "execute_model",
+        "execute_context_0(0)",
+        "execute_context_x(0)_generation_1(1)",
+        "execute_context_0(0)_generation_1(1)_extra",
+    ):
         assert parse_step_annotation(other) is None
 
 
@@ -164,13 +172,21 @@ def test_tricky_but_valid_events(tmp_path: Path) -> None:
     """Braces and brackets inside strings, nested args, Kineto's pretty-printed layout."""
     events = [
         {"ph": "X", "cat": "kernel", "name": "a}, {b", "ts": 1.5, "dur": 2},
-        {"ph": "X", "cat": "kernel", "args": {"a": {"b": [1, {"c": "}]"}]}},
-         "name": "void at::native::gpu_kernel_impl<...>::{lambda(int)#1}>"},
-        {"ph": "X", "name": "quote \" } , ] \\", "ts": 3},
+        {
+            "ph": "X",
+            "cat": "kernel",
+            "args": {"a": {"b": [1, {"c": "}]"}]}},
+            "name": "void at::native::gpu_kernel_impl<...>::{lambda(int)#1}>",
+        },
+        {"ph": "X", "name": 'quote " } , ] \\', "ts": 3},
         {},
     ]
-    doc = {"schemaVersion": 1, "distributedInfo": {"rank": 2, "world_size": 4},
-           "traceEvents": events, "traceName": "x"}
+    doc = {
+        "schemaVersion": 1,
+        "distributedInfo": {"rank": 2, "world_size": 4},
+        "traceEvents": events,
+        "traceName": "x",
+    }
     for indent in (None, 2):
         path = tmp_path / f"t{indent}.pt.trace.json"
         path.write_text(json.dumps(doc, indent=indent))

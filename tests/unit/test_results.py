@@ -18,19 +18,40 @@ from specload.results.aggregate import LevelAggregate, aggregate_records, as_rec
 pytestmark = pytest.mark.unit
 
 
-def record(step="c1", category="math", ok=True, tpot=0.01, ttft=0.1, reasoning=80, content=20,
-           chunks=None, error=None, truncated=False):
+def record(
+    step="c1",
+    category="math",
+    ok=True,
+    tpot=0.01,
+    ttft=0.1,
+    reasoning=80,
+    content=20,
+    chunks=None,
+    error=None,
+    truncated=False,
+):
     n = reasoning + content
     itl = Histogram()
     itl.extend([tpot] * (n - 1))
     rec = RequestRecord(
-        category=category, step=step, variant="v", model="m", start_s=0.0, end_s=1.0, ok=ok,
-        error_kind=error, ttft_s=ttft if ok else None,
+        category=category,
+        step=step,
+        variant="v",
+        model="m",
+        start_s=0.0,
+        end_s=1.0,
+        ok=ok,
+        error_kind=error,
+        ttft_s=ttft if ok else None,
         ttfct_s=(ttft + reasoning * tpot) if ok else None,
-        e2e_s=(ttft + (n - 1) * tpot) if ok else None, tpot_s=tpot if ok else None,
-        tokens_reasoning=reasoning if ok else 0, tokens_content=content if ok else 0,
-        tokens_output=n if ok else 0, chunks=chunks if chunks is not None else n,
-        reasoning_truncated=truncated, itl_token_hist=itl if ok else None,
+        e2e_s=(ttft + (n - 1) * tpot) if ok else None,
+        tpot_s=tpot if ok else None,
+        tokens_reasoning=reasoning if ok else 0,
+        tokens_content=content if ok else 0,
+        tokens_output=n if ok else 0,
+        chunks=chunks if chunks is not None else n,
+        reasoning_truncated=truncated,
+        itl_token_hist=itl if ok else None,
     )
     return rec.to_dict(include_histograms=True)
 
@@ -40,8 +61,18 @@ def test_level_numbers_and_categories():
     for i in range(10):
         agg.add(as_record(record(category="math", tpot=0.010 + i * 0.001)))
     for _ in range(5):
-        agg.add(as_record(record(category="coding", tpot=0.020, reasoning=100, content=0,
-                                  truncated=True, chunks=34)))
+        agg.add(
+            as_record(
+                record(
+                    category="coding",
+                    tpot=0.020,
+                    reasoning=100,
+                    content=0,
+                    truncated=True,
+                    chunks=34,
+                )
+            )
+        )
     agg.add(as_record(record(ok=False, error="http_503", category="coding")))
     agg.add(as_record(record(ok=False, error="refused", category="math")))
     out = agg.result(duration_s=10.0, windowed=False)
@@ -138,14 +169,33 @@ def test_schema_accepts_a_level_and_rejects_missing_keys():
     jsonschema.Draft202012Validator.check_schema(schema)
     agg = LevelAggregate()
     agg.add(as_record(record()))
-    level = {"name": "c1", "concurrency": 1, "request_rate": None, "complete": True,
-             "warmup_s": 0.0, "started_at": "2026-11-29T10:00:00+00:00",
-             "ended_at": "2026-11-29T10:00:10+00:00", "outages": [], "server": {},
-             "lost": 0, "flags": [], "warnings": [], **agg.result(10.0)}
-    summary = {"schema_version": 1, "specload_version": "0", "status": "complete",
-               "variant": "v", "host": "http://h", "model": "m",
-               "started_at": "2026-11-29T10:00:00+00:00", "mode": "closed",
-               "options": {}, "levels": [level]}
+    level = {
+        "name": "c1",
+        "concurrency": 1,
+        "request_rate": None,
+        "complete": True,
+        "warmup_s": 0.0,
+        "started_at": "2026-11-29T10:00:00+00:00",
+        "ended_at": "2026-11-29T10:00:10+00:00",
+        "outages": [],
+        "server": {},
+        "lost": 0,
+        "flags": [],
+        "warnings": [],
+        **agg.result(10.0),
+    }
+    summary = {
+        "schema_version": 1,
+        "specload_version": "0",
+        "status": "complete",
+        "variant": "v",
+        "host": "http://h",
+        "model": "m",
+        "started_at": "2026-11-29T10:00:00+00:00",
+        "mode": "closed",
+        "options": {},
+        "levels": [level],
+    }
     jsonschema.validate(orjson.loads(orjson.dumps(summary)), schema)
     del level["median_tpot_ms"]
     with pytest.raises(jsonschema.ValidationError):

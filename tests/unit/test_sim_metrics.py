@@ -112,7 +112,8 @@ def test_values_agree_with_what_the_engine_did() -> None:
     draft_tokens = expo[vm.DRAFT_TOKENS].total()
     accepted = expo[vm.ACCEPTED].total()
     per_pos = expo[vm.ACCEPTED_PER_POS].by_label("position")
-    assert drafts and draft_tokens == 5 * drafts
+    # n-gram drafts hold at most k = 5 tokens (fewer when the match is near the context's end)
+    assert drafts and draft_tokens is not None and drafts <= draft_tokens <= 5 * drafts
     assert accepted is not None and 0 < accepted < draft_tokens
     assert sum(per_pos.values()) == accepted
     assert per_pos["0"] >= per_pos["1"] >= per_pos["4"]

@@ -84,9 +84,16 @@ class FakeLoad:
             elapsed = self.now - rec.start_s
             got = max(0, min(rec.tokens_output, int((elapsed - self.ttft_s) / rec.tpot_s) + 1))
             part = RequestRecord(
-                category=rec.category, step=rec.step, variant="v", model="m",
-                start_s=rec.start_s, end_s=self.now, error_kind="unfinished",
-                tokens_output=got, tokens_reasoning=got, e2e_s=elapsed,
+                category=rec.category,
+                step=rec.step,
+                variant="v",
+                model="m",
+                start_s=rec.start_s,
+                end_s=self.now,
+                error_kind="unfinished",
+                tokens_output=got,
+                tokens_reasoning=got,
+                e2e_s=elapsed,
             )
             self.driver.on_record(part)
         self.users = 0
@@ -107,11 +114,20 @@ class FakeLoad:
             end, ok = start + self.e2e_s, True
         tpot = (self.e2e_s - self.ttft_s) / (self.tokens - 1)
         rec = RequestRecord(
-            step=self.step, category=("math", "coding")[user % 2], variant="v", model="m",
-            ok=ok, error_kind=None if ok else "refused", start_s=start, end_s=end,
-            ttft_s=self.ttft_s if ok else None, tpot_s=tpot if ok else None,
-            e2e_s=self.e2e_s if ok else None, tokens_output=self.tokens if ok else 0,
-            tokens_reasoning=self.tokens - 10 if ok else 0, tokens_content=10 if ok else 0,
+            step=self.step,
+            category=("math", "coding")[user % 2],
+            variant="v",
+            model="m",
+            ok=ok,
+            error_kind=None if ok else "refused",
+            start_s=start,
+            end_s=end,
+            ttft_s=self.ttft_s if ok else None,
+            tpot_s=tpot if ok else None,
+            e2e_s=self.e2e_s if ok else None,
+            tokens_output=self.tokens if ok else 0,
+            tokens_reasoning=self.tokens - 10 if ok else 0,
+            tokens_content=10 if ok else 0,
             max_tokens=self.tokens,
         )
         if ok and self.truncated:
@@ -137,10 +153,21 @@ class FakeLoad:
 
 def make_driver(load, plan, records, summaries, **kw):
     driver = SweepDriver(
-        plan, load, clock=load.clock, wall=load.clock, sleep=load.sleep,
-        on_summary=summaries.append, on_record_written=lambda r: records.append(r.to_dict()),
-        metadata={"schema_version": 1, "specload_version": "t", "variant": "v", "host": "h",
-                  "model": "m", "options": {}},
+        plan,
+        load,
+        clock=load.clock,
+        wall=load.clock,
+        sleep=load.sleep,
+        on_summary=summaries.append,
+        on_record_written=lambda r: records.append(r.to_dict()),
+        metadata={
+            "schema_version": 1,
+            "specload_version": "t",
+            "variant": "v",
+            "host": "h",
+            "model": "m",
+            "options": {},
+        },
         **kw,
     )
     load.driver = driver
@@ -148,8 +175,14 @@ def make_driver(load, plan, records, summaries, **kw):
 
 
 def test_levels_have_disjoint_samples_and_exact_counts():
-    plan = build_plan(concurrency="1,4,8", request_rate=None, max_concurrency=None,
-                      warmup="2s", duration="10s", requests=None)
+    plan = build_plan(
+        concurrency="1,4,8",
+        request_rate=None,
+        max_concurrency=None,
+        warmup="2s",
+        duration="10s",
+        requests=None,
+    )
     load, records, summaries = FakeLoad(e2e_s=0.5), [], []
     summary = make_driver(load, plan, records, summaries).run()
     assert summary["status"] == "complete"
@@ -163,7 +196,9 @@ def test_levels_have_disjoint_samples_and_exact_counts():
         assert level["request_throughput"] == pytest.approx(users * 2, rel=0.1)
         assert level["complete"] is True
         assert {s for s in steps if s.startswith(level["name"])} == {
-            level["name"], level["name"] + "-warmup"}
+            level["name"],
+            level["name"] + "-warmup",
+        }
         # no record of this level started outside its window
         window_starts = [c[2] for c in load.calls if c[:2] == ("step", level["name"])]
         assert level["planned_duration_s"] == 10.0 and level["flags"] == []
@@ -176,12 +211,23 @@ def test_levels_have_disjoint_samples_and_exact_counts():
     jsonschema.validate(orjson.loads(orjson.dumps(summary)), summary_schema())
     # a summary was written at the start and after every level (the next one begun)
     assert [[lv["complete"] for lv in s["levels"]] for s in summaries] == [
-        [], [True, False], [True, True, False], [True, True, True], [True, True, True]]
+        [],
+        [True, False],
+        [True, True, False],
+        [True, True, True],
+        [True, True, True],
+    ]
 
 
 def test_requests_window():
-    plan = build_plan(concurrency="2", request_rate=None, max_concurrency=None,
-                      warmup="0", duration=None, requests=30)
+    plan = build_plan(
+        concurrency="2",
+        request_rate=None,
+        max_concurrency=None,
+        warmup="0",
+        duration=None,
+        requests=30,
+    )
     load, records, summaries = FakeLoad(e2e_s=0.25), [], []
     summary = make_driver(load, plan, records, summaries).run()
     level = summary["levels"][0]
@@ -191,8 +237,14 @@ def test_requests_window():
 
 
 def test_outage_pauses_and_level_completes():
-    plan = build_plan(concurrency="4", request_rate=None, max_concurrency=None,
-                      warmup="1s", duration="10s", requests=None)
+    plan = build_plan(
+        concurrency="4",
+        request_rate=None,
+        max_concurrency=None,
+        warmup="1s",
+        duration="10s",
+        requests=None,
+    )
     load, records, summaries = FakeLoad(e2e_s=0.5), [], []
     load.down_between = (1005.0, 1025.0)
 
@@ -200,8 +252,9 @@ def test_outage_pauses_and_level_completes():
         while load._down(load.now):
             load.sleep(0.5)
 
-    policy = OutagePolicy(mode="wait", timeout_s=60, is_refusing=lambda: load._down(load.now),
-                          wait_ready=wait_ready)
+    policy = OutagePolicy(
+        mode="wait", timeout_s=60, is_refusing=lambda: load._down(load.now), wait_ready=wait_ready
+    )
     summary = make_driver(load, plan, records, summaries, outage=policy).run()
     level = summary["levels"][0]
     assert level["complete"] is True
@@ -220,8 +273,14 @@ def test_outage_pauses_and_level_completes():
 
 
 def test_outage_fail_policy_stops_with_valid_summary():
-    plan = build_plan(concurrency="2,4", request_rate=None, max_concurrency=None,
-                      warmup="0", duration="10s", requests=None)
+    plan = build_plan(
+        concurrency="2,4",
+        request_rate=None,
+        max_concurrency=None,
+        warmup="0",
+        duration="10s",
+        requests=None,
+    )
     load, records, summaries = FakeLoad(), [], []
     load.down_between = (1003.0, 1100.0)
     policy = OutagePolicy(mode="fail", is_refusing=lambda: load._down(load.now))
@@ -233,8 +292,14 @@ def test_outage_fail_policy_stops_with_valid_summary():
 
 
 def test_outage_wait_timeout_fails_the_run():
-    plan = build_plan(concurrency="2", request_rate=None, max_concurrency=None,
-                      warmup="0", duration="10s", requests=None)
+    plan = build_plan(
+        concurrency="2",
+        request_rate=None,
+        max_concurrency=None,
+        warmup="0",
+        duration="10s",
+        requests=None,
+    )
     load, records, summaries = FakeLoad(), [], []
     load.down_between = (1003.0, 9999.0)
 
@@ -242,18 +307,30 @@ def test_outage_wait_timeout_fails_the_run():
         load.sleep(timeout)
         raise RuntimeError(f"not ready after {timeout}s")
 
-    policy = OutagePolicy(mode="wait", timeout_s=30, is_refusing=lambda: True,
-                          wait_ready=wait_ready)
+    policy = OutagePolicy(
+        mode="wait", timeout_s=30, is_refusing=lambda: True, wait_ready=wait_ready
+    )
     summary = make_driver(load, plan, records, summaries, outage=policy).run()
     assert summary["status"] == "failed" and "not ready after 30" in summary["stop_reason"]
 
 
 def test_stop_request_keeps_partial_level():
-    plan = build_plan(concurrency="1,2", request_rate=None, max_concurrency=None,
-                      warmup="0", duration="10s", requests=None)
+    plan = build_plan(
+        concurrency="1,2",
+        request_rate=None,
+        max_concurrency=None,
+        warmup="0",
+        duration="10s",
+        requests=None,
+    )
     load, records, summaries = FakeLoad(), [], []
-    driver = make_driver(load, plan, records, summaries,
-                         on_tick=lambda d: d.request_stop("SIGTERM") if load.now >= 1014 else None)
+    driver = make_driver(
+        load,
+        plan,
+        records,
+        summaries,
+        on_tick=lambda d: d.request_stop("SIGTERM") if load.now >= 1014 else None,
+    )
     summary = driver.run()
     assert summary["status"] == "interrupted" and summary["stop_reason"] == "SIGTERM"
     first, second = summary["levels"]
@@ -268,13 +345,29 @@ def test_stop_request_keeps_partial_level():
 
 
 def test_transient_errors_without_refusal_are_not_outages():
-    plan = build_plan(concurrency="2", request_rate=None, max_concurrency=None,
-                      warmup="0", duration="5s", requests=None)
+    plan = build_plan(
+        concurrency="2",
+        request_rate=None,
+        max_concurrency=None,
+        warmup="0",
+        duration="5s",
+        requests=None,
+    )
     load, records, summaries = FakeLoad(), [], []
-    driver = make_driver(load, plan, records, summaries,
-                         outage=OutagePolicy(is_refusing=lambda: False))
-    driver.on_record(RequestRecord(category="math", step="c2", variant="v", model="m",
-                                   start_s=load.now, end_s=load.now, error_kind="reset"))
+    driver = make_driver(
+        load, plan, records, summaries, outage=OutagePolicy(is_refusing=lambda: False)
+    )
+    driver.on_record(
+        RequestRecord(
+            category="math",
+            step="c2",
+            variant="v",
+            model="m",
+            start_s=load.now,
+            end_s=load.now,
+            error_kind="reset",
+        )
+    )
     summary = driver.run()
     assert summary["levels"][0]["outages"] == []
 
@@ -282,8 +375,14 @@ def test_transient_errors_without_refusal_are_not_outages():
 @pytest.mark.parametrize("concurrency", [1, 4, 16])
 @pytest.mark.parametrize("warmup", ["0", "2s"])
 def test_requests_window_sends_exactly_n(concurrency, warmup):
-    plan = build_plan(concurrency=f"{concurrency}", request_rate=None, max_concurrency=None,
-                      warmup=warmup, duration=None, requests=24)
+    plan = build_plan(
+        concurrency=f"{concurrency}",
+        request_rate=None,
+        max_concurrency=None,
+        warmup=warmup,
+        duration=None,
+        requests=24,
+    )
     load, records, summaries = FakeLoad(e2e_s=0.3), [], []
     summary = make_driver(load, plan, records, summaries).run()
     level = summary["levels"][0]
@@ -297,8 +396,14 @@ def test_requests_window_sends_exactly_n(concurrency, warmup):
 def test_throughput_counts_tokens_that_arrived_in_the_window():
     # 8 streams of 7 s requests (250 tokens) against a 10 s window
     load = FakeLoad(e2e_s=7.0, tokens=250, ttft_s=0.04)
-    plan = build_plan(concurrency="8", request_rate=None, max_concurrency=None,
-                      warmup="5s", duration="10s", requests=None)
+    plan = build_plan(
+        concurrency="8",
+        request_rate=None,
+        max_concurrency=None,
+        warmup="5s",
+        duration="10s",
+        requests=None,
+    )
     records, summaries = [], []
     summary = make_driver(load, plan, records, summaries).run()
     level = summary["levels"][0]
@@ -311,13 +416,20 @@ def test_throughput_counts_tokens_that_arrived_in_the_window():
     assert any("window of 70s" in w for w in level["warnings"])
     cats = level["categories"]
     assert cats["math"]["output_throughput"] + cats["coding"]["output_throughput"] == (
-        pytest.approx(level["output_throughput"]))
+        pytest.approx(level["output_throughput"])
+    )
 
 
 def test_drain_deadline_records_unfinished_requests():
     load = FakeLoad(e2e_s=100.0, tokens=1000)
-    plan = build_plan(concurrency="2", request_rate=None, max_concurrency=None,
-                      warmup="0", duration="5s", requests=None)
+    plan = build_plan(
+        concurrency="2",
+        request_rate=None,
+        max_concurrency=None,
+        warmup="0",
+        duration="5s",
+        requests=None,
+    )
     records, summaries = [], []
     summary = make_driver(load, plan, records, summaries, drain_timeout_s=10.0).run()
     level = summary["levels"][0]
@@ -331,8 +443,14 @@ def test_drain_deadline_records_unfinished_requests():
 
 def test_users_short_and_lost_are_flagged():
     load = FakeLoad(e2e_s=0.5)
-    plan = build_plan(concurrency="8", request_rate=None, max_concurrency=None,
-                      warmup="0", duration="10s", requests=None)
+    plan = build_plan(
+        concurrency="8",
+        request_rate=None,
+        max_concurrency=None,
+        warmup="0",
+        duration="10s",
+        requests=None,
+    )
     records, summaries = [], []
 
     def worker_dies(driver):
@@ -350,8 +468,14 @@ def test_users_short_and_lost_are_flagged():
 
 def test_truncation_guard_names_count_categories_and_a_budget():
     load = FakeLoad(e2e_s=0.5, tokens=128, truncated=True)
-    plan = build_plan(concurrency="2", request_rate=None, max_concurrency=None,
-                      warmup="0", duration="5s", requests=None)
+    plan = build_plan(
+        concurrency="2",
+        request_rate=None,
+        max_concurrency=None,
+        warmup="0",
+        duration="5s",
+        requests=None,
+    )
     records, summaries = [], []
     summary = make_driver(load, plan, records, summaries).run()
     level = summary["levels"][0]
@@ -365,8 +489,14 @@ def test_truncation_guard_names_count_categories_and_a_budget():
 
 def test_a_run_that_reaches_its_answers_has_no_truncation_warning():
     load = FakeLoad(e2e_s=0.5, tokens=128)
-    plan = build_plan(concurrency="2", request_rate=None, max_concurrency=None,
-                      warmup="0", duration="5s", requests=None)
+    plan = build_plan(
+        concurrency="2",
+        request_rate=None,
+        max_concurrency=None,
+        warmup="0",
+        duration="5s",
+        requests=None,
+    )
     summary = make_driver(load, plan, [], []).run()
     level = summary["levels"][0]
     assert level["reasoning_truncated_ratio"] == 0.0 and level["warnings"] == []

@@ -13,7 +13,11 @@ pytestmark = pytest.mark.unit
 
 def plan(**kw):
     base = dict(
-        concurrency=None, request_rate=None, max_concurrency=None, warmup="0", duration="10s",
+        concurrency=None,
+        request_rate=None,
+        max_concurrency=None,
+        warmup="0",
+        duration="10s",
         requests=None,
     )
     base.update(kw)

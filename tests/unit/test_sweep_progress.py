@@ -15,14 +15,29 @@ pytestmark = pytest.mark.unit
 
 
 class Idle:
-    def set_step(self, step, budget=None): pass
-    def start(self, level): pass
-    def pause(self): pass
-    def stop(self): pass
-    def hold(self): pass
-    def in_flight(self): return 0
-    def user_count(self): return 0
-    def lost(self): return 0
+    def set_step(self, step, budget=None):
+        pass
+
+    def start(self, level):
+        pass
+
+    def pause(self):
+        pass
+
+    def stop(self):
+        pass
+
+    def hold(self):
+        pass
+
+    def in_flight(self):
+        return 0
+
+    def user_count(self):
+        return 0
+
+    def lost(self):
+        return 0
 
 
 def rec(**kw):
@@ -32,15 +47,28 @@ def rec(**kw):
 
 def test_snapshot_and_plain_line():
     now = [100.0]
-    plan = build_plan(concurrency="2,8", request_rate=None, max_concurrency=None, warmup="0",
-                      duration="10", requests=None)
-    driver = SweepDriver(plan, Idle(), clock=lambda: now[0], wall=lambda: now[0],
-                         sleep=lambda s: None, on_summary=lambda s: None)
+    plan = build_plan(
+        concurrency="2,8",
+        request_rate=None,
+        max_concurrency=None,
+        warmup="0",
+        duration="10",
+        requests=None,
+    )
+    driver = SweepDriver(
+        plan,
+        Idle(),
+        clock=lambda: now[0],
+        wall=lambda: now[0],
+        sleep=lambda s: None,
+        on_summary=lambda s: None,
+    )
     assert describe(snapshot(driver)) == "starting"
     driver._begin_level(driver.states[0])
     for tpot in (0.010, 0.012, 0.014):
-        driver.on_record(rec(step="c2", ok=True, tpot_s=tpot, tokens_output=100, ttft_s=0.0,
-                             e2e_s=1.0))
+        driver.on_record(
+            rec(step="c2", ok=True, tpot_s=tpot, tokens_output=100, ttft_s=0.0, e2e_s=1.0)
+        )
     driver.on_record(rec(step="c2", ok=False, error_kind="http_500"))
     now[0] = 104.0
     snap = snapshot(driver)

@@ -97,7 +97,9 @@ def test_unreachable_host_after_timeout_is_one_line():
     with pytest.raises(UsageError) as err:
         wait_ready(url, timeout_s=0.3, interval_s=0.05)
     text = str(err.value)
-    assert text == (f"--host http://127.0.0.1:{port}: not ready after 0.3s "
-                    "(/health and /v1/models: connection refused)")
+    assert text == (
+        f"--host http://127.0.0.1:{port}: not ready after 0.3s "
+        "(/health and /v1/models: connection refused)"
+    )
     assert err.value.exit_code == 3
     assert is_refusing(url)

@@ -31,8 +31,13 @@ def generation_tokens(url: str) -> float:
 def test_client_tokens_equal_server_generation_tokens(request, run_locust, kind: str) -> None:
     server = request.getfixturevalue(kind)
     before = generation_tokens(server.url)
-    run = run_locust(server.url, users=3, seconds=4, timeout_s=300,
-                     args=["--max-tokens", "48", "--temperature", "0", "--stop-timeout", "120"])
+    run = run_locust(
+        server.url,
+        users=3,
+        seconds=4,
+        timeout_s=300,
+        args=["--max-tokens", "48", "--temperature", "0", "--stop-timeout", "120"],
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.records and all(r["ok"] for r in run.records)
     client = sum(r["tokens_output"] for r in run.records)
@@ -54,7 +59,11 @@ def test_channel_split_matches_the_tokens_sent(vllm_answering) -> None:
     """Truth from the token ids the server streamed: reasoning ends at the first </think>."""
     server = vllm_answering
     body = {
-        "model": server.model, "max_tokens": 200, "temperature": 1.0, "seed": 11, "stream": True,
+        "model": server.model,
+        "max_tokens": 200,
+        "temperature": 1.0,
+        "seed": 11,
+        "stream": True,
         "messages": [{"role": "user", "content": "Explain briefly why the sky looks blue."}],
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         "return_token_ids": True,
@@ -79,4 +88,6 @@ def test_channel_split_matches_the_tokens_sent(vllm_answering) -> None:
     assert think_close in token_ids  # the answering model closes its reasoning
     reasoning = token_ids.index(think_close) + 1  # </think> itself ends the reasoning
     assert (record.tokens_reasoning, record.tokens_content) == (
-        reasoning, len(token_ids) - reasoning), record
+        reasoning,
+        len(token_ids) - reasoning,
+    ), record

@@ -27,9 +27,14 @@ def _load(url: str, model: str, stop: threading.Event, concurrency: int = 3) -> 
         with httpx.Client(timeout=600.0) as client:
             while not stop.is_set():
                 try:
-                    client.post(f"{url}/v1/chat/completions", json={
-                        "model": model, "max_tokens": 48,
-                        "messages": [{"role": "user", "content": "Count to ten."}]})
+                    client.post(
+                        f"{url}/v1/chat/completions",
+                        json={
+                            "model": model,
+                            "max_tokens": 48,
+                            "messages": [{"role": "user", "content": "Count to ten."}],
+                        },
+                    )
                 except httpx.HTTPError:
                     # The server stalls while it writes the trace: not this test's subject.
                     stop.wait(0.5)
@@ -49,6 +54,7 @@ def _capture_under_load(server: Any, seconds: float) -> CaptureResult:
     loader.start()
     try:
         stop.wait(1.0)  # requests are decoding when the profile starts
+
         # vLLM writes the trace (and a summary table) inside /stop_profile: minutes for
         # a long capture on CPU, so capture briefly.
         def load_for_the_window() -> None:
@@ -57,8 +63,14 @@ def _capture_under_load(server: Any, seconds: float) -> CaptureResult:
             stop.wait(seconds)
             stop.set()
 
-        result = capture(parse_server_url(server.url), trace_dir, seconds,
-                         stop_timeout_s=400.0, settle_s=60.0, during=load_for_the_window)
+        result = capture(
+            parse_server_url(server.url),
+            trace_dir,
+            seconds,
+            stop_timeout_s=400.0,
+            settle_s=60.0,
+            during=load_for_the_window,
+        )
     finally:
         stop.set()
         loader.join(150.0)
@@ -72,7 +84,8 @@ def _capture_under_load(server: Any, seconds: float) -> CaptureResult:
 
 def _annotated_decode_steps(path: Path) -> int:
     return sum(
-        1 for ev in iter_events(path)
+        1
+        for ev in iter_events(path)
         if ev.get("cat") == "user_annotation"
         and (shape := parse_step_annotation(str(ev.get("name", "")))) is not None
         and shape.decode_only

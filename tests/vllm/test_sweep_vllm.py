@@ -14,14 +14,29 @@ from specload.results import read_requests, read_summary, summary_schema
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-RUN = ["--concurrency", "1,3", "--warmup", "0", "--duration", "8", "--max-tokens", "64",
-       "--temperature", "0",
-       "--metrics-address", "off", "--progress", "off", "--no-plots"]
+RUN = [
+    "--concurrency",
+    "1,3",
+    "--warmup",
+    "0",
+    "--duration",
+    "8",
+    "--max-tokens",
+    "64",
+    "--temperature",
+    "0",
+    "--metrics-address",
+    "off",
+    "--progress",
+    "off",
+    "--no-plots",
+]
 
 
 def generation_tokens(url: str) -> float:
     fam = promtext.parse(httpx.get(url + "/metrics", timeout=10).text).get_family(
-        "vllm:generation_tokens_total")
+        "vllm:generation_tokens_total"
+    )
     assert fam is not None
     total = fam.total()
     assert total is not None
@@ -33,8 +48,9 @@ def test_sweep_on_real_vllm(kind, request, specload_run, tmp_path):
     server = request.getfixturevalue(kind)
     out = tmp_path / "run"
     before = generation_tokens(server.url)
-    result = specload_run(["run", "--host", server.base_url, "--variant", kind,
-                           "--out", str(out), *RUN], timeout=180)
+    result = specload_run(
+        ["run", "--host", server.base_url, "--variant", kind, "--out", str(out), *RUN], timeout=180
+    )
     assert result.returncode == 0, result.stderr
     records = read_requests(out)
     client = sum(r["tokens_output"] for r in records)
@@ -62,9 +78,11 @@ def test_sweep_on_real_vllm(kind, request, specload_run, tmp_path):
             assert block["source"] == "v1_counters"
             assert 0 <= block["spec_decode_acceptance_rate"] <= 1
             assert block["spec_decode_acceptance_rate"] == pytest.approx(
-                block["spec_decode_num_accepted_tokens"] / block["spec_decode_num_draft_tokens"])
+                block["spec_decode_num_accepted_tokens"] / block["spec_decode_num_draft_tokens"]
+            )
             assert block["spec_decode_mean_acceptance_length"] == pytest.approx(
-                1 + block["spec_decode_num_accepted_tokens"] / block["spec_decode_num_drafts"])
+                1 + block["spec_decode_num_accepted_tokens"] / block["spec_decode_num_drafts"]
+            )
             assert set(block["spec_decode_acceptance_per_position"]) == {"0", "1", "2"}
         elif kind == "vllm_plain":
             assert "spec_decode_acceptance_rate" not in block
