@@ -7,7 +7,12 @@ through the batch engine, then times the forecast: n-gram k=3, lookup 2..4, the 
 over k = 1..8 and 1000 bootstrap resamples per (level, k) — in process, and as a fresh
 process (imports included).
 
+``--engine`` picks the batch engine of the in-process runs: ``default`` (what ``specload
+predict`` uses: the simulator's engine, its fast path for the k schedule), ``sim`` (the
+simulator's engine for every placement) or ``replay`` (``ClosedLoopReplay`` for every one).
+
     .venv/bin/python bench/bench_predict.py [--requests 100] [--levels 1,2,4,8,16] [--repeat 3]
+        [--engine default|sim|replay]
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 from simulator.costmodel import CostModel  # noqa: E402
 from specload.predict import cli  # noqa: E402
+from specload.predict import forecast as forecast_module  # noqa: E402
 from specload.predict.synthetic import make_records, write_synthetic_baseline  # noqa: E402
 
 
@@ -52,7 +58,18 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=4000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--keep", default=None, help="write the baseline here and keep it")
+    ap.add_argument("--engine", choices=("default", "sim", "replay"), default="default")
     args = ap.parse_args()
+    if args.engine != "default":
+        make = (
+            forecast_module.SimEngine if args.engine == "sim" else forecast_module.ClosedLoopReplay
+        )
+        original = forecast_module.forecast
+
+        def forced(baseline, opts, *, engine=None, plan):  # type: ignore[no-untyped-def]
+            return original(baseline, opts, engine=make(), plan=plan)
+
+        forecast_module.forecast = forced  # cli.run imports it when it runs
     levels = [int(x) for x in args.levels.split(",")]
     t0 = time.perf_counter()
     recs = make_records(
@@ -92,7 +109,10 @@ def main() -> None:
             cli.run(p.parse_args(argv))
         times.append(time.perf_counter() - t)
         data = buf.getvalue()
-    print(f"in process: {' '.join(f'{x:.2f}' for x in times)} s (best {min(times):.2f} s)")
+    print(
+        f"in process ({args.engine} engine): {' '.join(f'{x:.2f}' for x in times)} s "
+        f"(best {min(times):.2f} s)"
+    )
     code = (
         "import sys, argparse; from specload.predict import cli; p = argparse.ArgumentParser(); "
         "cli.add_arguments(p); sys.exit(cli.run(p.parse_args(sys.argv[1:])))"
