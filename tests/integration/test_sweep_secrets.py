@@ -98,3 +98,53 @@ def test_bad_input_is_one_line_without_secrets(specload_run, tmp_path, args, nee
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0], lines
     assert PASSWORD not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_client_metrics_carry_no_secret(sweep_sim, specload_popen, tmp_path):
+    import time  # noqa: PLC0415
+
+    import httpx  # noqa: PLC0415
+
+    from tests.fixtures.load import free_port  # noqa: PLC0415
+
+    sim = sweep_sim(["--variant", "baseline", *SIM])
+    host = sim.url.replace("http://", f"http://admin:{PASSWORD}@")
+    port = free_port()
+    out = tmp_path / "run"
+    proc = specload_popen(
+        [
+            "run",
+            "--host",
+            host,
+            "--api-key",
+            KEY,
+            "--concurrency",
+            "2",
+            "--warmup",
+            "0",
+            "--duration",
+            "4",
+            "--out",
+            str(out),
+            "--metrics-address",
+            f"127.0.0.1:{port}",
+            "--progress",
+            "plain",
+            "--max-tokens",
+            "32",
+            "--no-plots",
+        ]
+    )
+    page = ""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and "specload_client_requests_total{" not in page:
+        time.sleep(0.2)
+        try:
+            page = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+        except httpx.HTTPError:
+            continue
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert "specload_client_requests_total{" in page
+    assert PASSWORD not in page and KEY not in page
+    assert PASSWORD not in everything_written(out, stdout, stderr)
