@@ -28,6 +28,7 @@ from specload.load.meter import (
     MalformedUsage,
     StreamMeter,
     TokenCounter,
+    TokenIdMeter,
     meter_message,
 )
 from specload.load.records import RequestRecord
@@ -52,6 +53,7 @@ class ChatSettings:
     api_key: str | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S
     usage_stats: bool = True  # ask for include_usage + continuous_usage_stats
+    return_token_ids: bool = False  # ask for the ids; the record keeps them
 
     def __repr__(self) -> str:  # never show the API key
         return (
@@ -102,6 +104,8 @@ class ChatRequester:
             body["temperature"] = s.temperature
         if s.stream and s.usage_stats:
             body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+        if s.return_token_ids:
+            body["return_token_ids"] = True
         return orjson.dumps(body)
 
     def send(self, prompt: Prompt, step: str) -> RequestRecord:
@@ -121,13 +125,17 @@ class ChatRequester:
         )
         want_text = self.tokenizer is not None or not s.stream
         t0 = time.perf_counter()
-        meter = StreamMeter(t0, want_text=want_text, max_tokens=record.max_tokens)
+        meter_class = TokenIdMeter if s.return_token_ids else StreamMeter
+        meter = meter_class(t0, want_text=want_text, max_tokens=record.max_tokens)
         self._current = (record, meter)
         self.retry_after_s = None
         body_parts: list[bytes] = []
         # The fused reader (C) takes whole reads of the chunked body; what it declines
         # comes to on_body below (and sets sse_pending while an event is incomplete).
-        fast: FastReader | None = meter if FAST_PATH and s.stream and not want_text else None
+        # With token ids every chunk goes through meter.feed (the ids are read there).
+        fast: FastReader | None = (
+            meter if FAST_PATH and s.stream and not want_text and not s.return_token_ids else None
+        )
         if s.stream:
             decoder = SSEDecoder()
             dec_feed = decoder.feed

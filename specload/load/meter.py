@@ -546,6 +546,75 @@ class PyStreamMeter(_MeterLogic, PyMeterCore):
     __slots__ = ()
 
 
+def _id_list(value: Any, payload: bytes) -> list[int]:
+    if type(value) is not list or not all(type(v) is int and v >= 0 for v in value):
+        raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
+    return value
+
+
+class TokenIdMeter(PyStreamMeter):
+    """A :class:`PyStreamMeter` that also keeps the token ids (``return_token_ids``).
+
+    Every chunk goes through :meth:`feed` (no fused reader): ``prompt_token_ids`` at the
+    top level of a chunk (the first, streamed), ``token_ids`` in its ``choices[0]``.
+    ``content_start``: output ids before the first content chunk; a chunk with both
+    channels (a non-streamed answer) is split in proportion to their text.
+    """
+
+    __slots__ = ("content_start", "output_ids", "prompt_ids")
+
+    prompt_ids: list[int] | None
+    output_ids: list[int] | None
+    content_start: int | None
+
+    def __init__(
+        self, t0: float, *, want_text: bool = False, max_tokens: int | None = None
+    ) -> None:
+        super().__init__(t0, want_text=want_text, max_tokens=max_tokens)
+        self.prompt_ids = None
+        self.output_ids = None
+        self.content_start = None
+
+    def feed(self, payload: bytes, now: float) -> None:
+        super().feed(payload, now)  # checks the chunk; a malformed one raises here
+        if payload == b"[DONE]":
+            return
+        obj = _loads(payload)
+        prompt = obj.get("prompt_token_ids")
+        if prompt is not None and self.prompt_ids is None:
+            self.prompt_ids = _id_list(prompt, payload)
+        choices = obj.get("choices")
+        if not choices:
+            return
+        choice = choices[0]
+        ids = choice.get("token_ids")
+        if ids is None:
+            return
+        ids = _id_list(ids, payload)
+        out = self.output_ids
+        if out is None:
+            out = self.output_ids = []
+        if self.content_start is None:
+            delta = choice.get("delta") or {}
+            content = delta.get("content")
+            if content:
+                reasoning = delta.get("reasoning") or delta.get("reasoning_content") or ""
+                before = round(len(ids) * len(reasoning) / (len(reasoning) + len(content)))
+                self.content_start = len(out) + before
+        out.extend(ids)
+
+    def finish(
+        self,
+        record: RequestRecord,
+        end: float,
+        tokenizer: TokenCounter | None = None,
+    ) -> None:
+        super().finish(record, end, tokenizer)
+        record.prompt_ids = self.prompt_ids
+        record.output_ids = self.output_ids
+        record.content_start = self.content_start
+
+
 if TYPE_CHECKING:
     StreamMeter = PyStreamMeter
     FAST_PATH = False
@@ -581,6 +650,9 @@ def meter_message(message: dict[str, Any], meter: StreamMeter, now: float) -> No
     }
     if message.get("usage") is not None:
         chunk["usage"] = message["usage"]
+    if isinstance(meter, TokenIdMeter):
+        chunk["prompt_token_ids"] = message.get("prompt_token_ids")
+        chunk["choices"][0]["token_ids"] = choices[0].get("token_ids")
     meter.feed(orjson.dumps(chunk), now)
     meter.continuous = False  # one chunk: the usage is final usage, not per-chunk
     meter.done = True

@@ -85,6 +85,16 @@ def add_options(parser: Any) -> None:
         help="ask for include_usage + continuous_usage_stats (true/false, default true)",
     )
     add(
+        "--record-token-ids",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        env_var="SPECLOAD_RECORD_TOKEN_IDS",
+        help="ask for return_token_ids and keep each request's prompt and output token ids "
+        "(specload run writes them to tokens.jsonl, for `specload predict`)",
+    )
+    add(
         "--request-timeout",
         type=float,
         default=600.0,

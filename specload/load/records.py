@@ -29,6 +29,9 @@ ERROR_KINDS = (
     "http_<code>",
 )
 
+# Fields of the token ids (``--record-token-ids``), kept out of requests.jsonl.
+TOKEN_ID_FIELDS = frozenset({"prompt_ids", "output_ids", "content_start"})
+
 # Spacing (s) of the token-arrival samples a record keeps (``arrivals``).
 ARRIVAL_SAMPLE_S = 0.5
 
@@ -82,6 +85,12 @@ class RequestRecord:
     arrivals: list[list[float]] | None = None
     itl_token_hist: Histogram | None = field(default=None, repr=False)
     itl_chunk_hist: Histogram | None = field(default=None, repr=False)
+    # Token ids (``--record-token-ids``; None otherwise or when the server sent none):
+    # the prompt's, the output's, and how many output ids came before the first content
+    # chunk (None: no content). Not part of :meth:`to_dict` unless asked (tokens.jsonl).
+    prompt_ids: list[int] | None = field(default=None, repr=False)
+    output_ids: list[int] | None = field(default=None, repr=False)
+    content_start: int | None = None
 
     @property
     def tokens_per_chunk(self) -> float | None:
@@ -124,14 +133,20 @@ class RequestRecord:
         (t0, c0), (t1, c1) = points[lo], points[hi]
         return float(c0 + (c1 - c0) * (offset - t0) / (t1 - t0)) if t1 > t0 else float(c1)
 
-    def to_dict(self, *, include_histograms: bool = False) -> dict[str, Any]:
-        """Plain data (JSON-ready). Histograms go as :meth:`Histogram.to_dict` if asked."""
+    def to_dict(
+        self, *, include_histograms: bool = False, include_token_ids: bool = False
+    ) -> dict[str, Any]:
+        """Plain data (JSON-ready). Histograms go as :meth:`Histogram.to_dict` if asked;
+        the token ids (``prompt_ids``, ``output_ids``, ``content_start``) only if asked
+        (the worker -> master message carries them; ``requests.jsonl`` does not)."""
         out: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, Histogram) or f.name in ("itl_token_hist", "itl_chunk_hist"):
                 if include_histograms and value is not None:
                     out[f.name] = value.to_dict()
+                continue
+            if f.name in TOKEN_ID_FIELDS and not include_token_ids:
                 continue
             out[f.name] = value
         return out

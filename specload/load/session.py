@@ -318,6 +318,7 @@ class LoadSession:
                     api_key=(getattr(o, "api_key", "") if o else "") or None,
                     timeout_s=getattr(o, "request_timeout", 600.0) if o else 600.0,
                     usage_stats=getattr(o, "usage_stats", True) if o else True,
+                    return_token_ids=bool(getattr(o, "record_token_ids", False)) if o else False,
                 )
         return self._settings
 
@@ -369,7 +370,7 @@ class LoadSession:
     def complete(self, record: RequestRecord) -> None:
         """A user finished a request: Locust stats here, publish locally or queue for master."""
         if self.role == "worker":
-            self._pending.append(record.to_dict(include_histograms=True))
+            self._pending.append(record.to_dict(include_histograms=True, include_token_ids=True))
         else:
             self._publish(record)
         fire_locust_events(self.environment, record)

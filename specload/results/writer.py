@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from specload.errors import UsageError
+from specload.predict.tokens import TOKENS_FILE, token_line
 
 REQUESTS_FILE = "requests.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -105,6 +106,10 @@ class ResultsWriter:
         self.summary_error: str | None = None  # why the last summary could not be written
         self.spare_path = self.summary_path.with_name(f".{SUMMARY_FILE}{SPARE_SUFFIX}")
         self._spare = _allocate(self.spare_path, spare_bytes) if spare_bytes > 0 else False
+        self.tokens_path = self.dir / TOKENS_FILE
+        self._tokens_fd: int | None = None  # opened by the first append_tokens
+        self._tokens_size = 0
+        self.tokens_written = 0
 
     def append(self, record: Mapping[str, Any]) -> None:
         """Write one request record as one line, straight to the OS; after a failed write,
@@ -130,6 +135,31 @@ class ResultsWriter:
     def _fail(self, exc: OSError) -> None:
         self.records_dropped += 1
         self.error = f"{write_failure(exc, REQUESTS_FILE)} after {self.records_written} records"
+
+    def append_tokens(self, record: Mapping[str, Any]) -> None:
+        """Write one request's token ids as one line of ``tokens.jsonl`` (the format of
+        :func:`specload.predict.tokens.token_line`), straight to the OS like the records;
+        a failed write stops the records too (:attr:`error`)."""
+        if self.error is not None or self._fd is None:
+            return
+        try:
+            if self._tokens_fd is None:
+                self._tokens_fd = os.open(
+                    self.tokens_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+                )
+                self._tokens_size = os.fstat(self._tokens_fd).st_size
+            fd = self._tokens_fd
+            line = token_line(record)
+            written = os.write(fd, line)
+            if written != len(line):  # part of a line: cut back to the last whole one
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, self._tokens_size)
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as exc:
+            self.error = f"{write_failure(exc, TOKENS_FILE)} after {self.tokens_written} lines"
+            return
+        self._tokens_size += written
+        self.tokens_written += 1
 
     def mark(self, summary: Mapping[str, Any]) -> dict[str, Any]:
         """``summary`` as it must be written: ``failed``, with the reason, once records
@@ -182,6 +212,15 @@ class ResultsWriter:
 
     def close(self) -> None:
         """Flush the records to disk and drop the spare; a failure is kept in :attr:`error`."""
+        if self._tokens_fd is not None:
+            tfd, self._tokens_fd = self._tokens_fd, None
+            try:
+                os.fsync(tfd)
+            except OSError as exc:
+                if self.error is None:
+                    self.error = f"{write_failure(exc, TOKENS_FILE)} at the end"
+            finally:
+                os.close(tfd)
         if self._fd is not None:
             fd, self._fd = self._fd, None
             try:

@@ -263,4 +263,4 @@ class LocustBackend:
 
 
 def record_dict(record: RequestRecord) -> dict[str, Any]:
-    return record.to_dict(include_histograms=True)
+    return record.to_dict(include_histograms=True, include_token_ids=True)

@@ -24,6 +24,7 @@ from typing import Any
 import gevent
 
 from specload import __version__
+from specload.errors import UsageError
 from specload.load.records import RequestRecord
 from specload.redact import ScrubFilter
 from specload.results.report import summary_markdown
@@ -49,6 +50,10 @@ EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
 EXIT_OUTAGE = 3
 EXIT_ALL_FAILED = 4
 EXIT_WRITE_FAILED = 5
+NO_TOKEN_IDS = (
+    "--record-token-ids: the server returned no token ids "
+    "(it needs a vLLM that supports return_token_ids)"
+)
 
 
 class _LogFile(logging.FileHandler):
@@ -129,8 +134,17 @@ def run_sweep(settings: SweepSettings) -> int:
                 on_wait=lambda left, problem: progress.countdown(left, problem, url.display),
             )
 
+        record_ids = bool(settings.load.get("record_token_ids"))
+        no_ids: list[str] = []  # why the run stopped: the server sent no token ids
+
         def write_record(record: RequestRecord) -> None:
             writer.append(record.to_dict(include_histograms=True))
+            if record_ids and record.ok and not no_ids:
+                if record.prompt_ids is None or record.output_ids is None:
+                    no_ids.append(NO_TOKEN_IDS)
+                    driver.request_stop(NO_TOKEN_IDS)
+                else:
+                    writer.append_tokens(_token_dict(record))
             if writer.error is not None:  # a full disk: stop, nothing more can be kept
                 driver.request_stop(writer.error)
 
@@ -189,6 +203,8 @@ def run_sweep(settings: SweepSettings) -> int:
             except OSError as exc:
                 writer.summary_error = write_failure(exc, f"{SUMMARY_MD_FILE} or the plots")
         progress.close()
+        if no_ids:
+            raise UsageError(no_ids[0])
         _report(progress, summary, writer, plots)
         if writer.error is not None or writer.summary_error is not None:
             progress.message(f"specload run: stopped: {_write_problem(writer)}")
@@ -214,6 +230,19 @@ def run_sweep(settings: SweepSettings) -> int:
             backend.close()
         logging.getLogger().removeHandler(log_handler)
         log_handler.close()
+
+
+def _token_dict(record: RequestRecord) -> dict[str, Any]:
+    """The record's line of tokens.jsonl (:mod:`specload.predict.tokens`)."""
+    return {
+        "step": record.step,
+        "category": record.category,
+        "prompt_ids": record.prompt_ids,
+        "output_ids": record.output_ids,
+        "content_start": record.content_start,
+        "max_tokens": record.max_tokens,
+        "finish_reason": record.finish_reason,
+    }
 
 
 def _write_problem(writer: ResultsWriter) -> str:

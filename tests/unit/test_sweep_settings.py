@@ -28,8 +28,9 @@ PUBLIC_KEYS = [
     "concurrency", "drain_timeout", "duration", "expect_workers", "host", "master_bind_host",
     "master_bind_port", "max_concurrency", "max_tokens", "metrics_address", "metrics_url",
     "model", "no_plots", "on_outage", "out", "outage_timeout", "progress", "prompt_seed",
-    "prompts", "ready_timeout", "records_file", "request_rate", "request_timeout", "requests",
-    "stream", "temperature", "tokenizer", "usage_stats", "variant", "warmup", "workers",
+    "prompts", "ready_timeout", "record_token_ids", "records_file", "request_rate",
+    "request_timeout", "requests", "stream", "temperature", "tokenizer", "usage_stats",
+    "variant", "warmup", "workers",
 ]  # fmt: skip
 
 
@@ -104,7 +105,8 @@ def test_the_detected_model_reaches_workers_and_results_without_mutation(tmp_pat
     assert argv == [
         "--prompts", "builtin", "--prompt-seed", "0", "--max-tokens", "64",
         "--temperature", "0.5", "--model", "qwen-tiny", "--variant", "default",
-        "--stream", "false", "--usage-stats", "true", "--request-timeout", "600.0",
+        "--stream", "false", "--usage-stats", "true", "--record-token-ids", "false",
+        "--request-timeout", "600.0",
         "--metrics-address", "off",
     ]  # fmt: skip
     assert env == {}
