@@ -1,6 +1,6 @@
 """Benchmark: exporter CPU per poll cycle over 8 targets with real-size vLLM pages.
 
-Goal (issue 6): <= 20 ms CPU per cycle, spec decode on. The pages are the real
+Goal: <= 20 ms CPU per cycle, spec decode on. The pages are the real
 vLLM 0.32 n-gram page captured in tests/data (about 55 KB, 640 lines), served
 by a separate process on 8 loopback ports whose counters move every request,
 so only the exporter's own work is measured: httpx fetch, parse, derive.
