@@ -1,8 +1,9 @@
 """compare on real simulator runs: ngram slower with an interval excluding zero; two runs of
 the same variant, no significant difference.
 
-The three sweeps run at the same time, so a busy machine affects them alike; the two runs of
-the same variant share one server (two simulator processes on a loaded machine get different
+The four sweeps run at the same time, so a busy machine affects them alike; two runs share
+each server (so both variants decode the same batch sizes), and the two runs of the same
+variant share one server (two simulator processes on a loaded machine get different
 CPU shares, and a simulated step that waits for the CPU is a slower step — a real difference
 between servers, which is not what this test is about). The simulator runs at only twice the
 reference speed with 64-token answers: a client descheduled for a few milliseconds on a busy
@@ -39,10 +40,13 @@ RUN = [
 
 def test_compare_ngram_slower_and_same_variant_same(sweep_sim, specload_popen, tmp_path):
     baseline = sweep_sim(["--variant", "baseline", *SIM])
+    ngram = sweep_sim(["--variant", "ngram", *SIM])
+    # each server carries two clients, so both variants decode batches of the same size
     sims = {
         "baseline": baseline,
         "baseline-again": baseline,
-        "ngram": sweep_sim(["--variant", "ngram", *SIM]),
+        "ngram": ngram,
+        "ngram-again": ngram,
     }
     # different prompt orders, so the two clients of one server do not run in lockstep
     procs = {
@@ -73,7 +77,7 @@ def test_compare_ngram_slower_and_same_variant_same(sweep_sim, specload_popen, t
     comp = compare_runs([load_run(tmp_path / "baseline"), load_run(tmp_path / "ngram")])
     cell = comp.levels[0].cells[(ALL, "tpot")]
     diff = cell.diffs[1]
-    assert cell.verdicts[1] == SLOWER
+    assert cell.verdicts[1] == SLOWER, diff
     assert diff.ci_low > 0.02, diff  # the interval excludes zero, by a margin
     assert 0 < comp.levels[0].acceptance[1] < 1 and comp.levels[0].acceptance[0] is None
 
