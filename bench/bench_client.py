@@ -15,6 +15,11 @@ that concurrency, warm up, then measure a window:
 
     python bench/bench_client.py --streams 32,64,128,256,512 --out /tmp/client-table.md
 
+``--server``: ``c`` (bench/fixed_server.c, the default), ``py`` (bench/fixed_server.py),
+``uvloop`` (bench/fixed_server_uvloop.py, an independent server of another make) or
+``sim`` (the simulator's fixed timing). ``specload run`` itself against the C and uvloop
+servers, with where the gap goes: bench/bench_client_servers.py.
+
 BENCH_TTFT_DIST=1 also prints TTFT percentiles. The client's SPECLOAD_* switches
 (docs/load.md) apply, e.g. SPECLOAD_FASTPATH=0 for the pure-Python path.
 """
@@ -41,7 +46,7 @@ from locust.argument_parser import parse_options  # noqa: E402
 from locust.env import Environment  # noqa: E402
 
 from specload.load import RequestRecord, get_session, set_step, subscribe  # noqa: E402
-from specload.load.http import get_reactor  # noqa: E402
+from specload.load.reactor import get_reactor  # noqa: E402
 from specload.load.user import ChatUser  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -71,17 +76,65 @@ def build_c_server() -> str:
 
 
 def start_server(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, str(HERE / "fixed_server.py"), "--port", str(port),
-           "--ttft", str(args.ttft), "--itl", str(args.itl), "--tokens", str(args.tokens),
-           "--tokens-per-chunk", str(args.tokens_per_chunk)]
+    cmd = [
+        sys.executable,
+        str(HERE / "fixed_server.py"),
+        "--port",
+        str(port),
+        "--ttft",
+        str(args.ttft),
+        "--itl",
+        str(args.itl),
+        "--tokens",
+        str(args.tokens),
+        "--tokens-per-chunk",
+        str(args.tokens_per_chunk),
+    ]
     if args.server == "c":
-        cmd = [build_c_server(), str(port), str(args.ttft), str(args.itl), str(args.tokens),
-               str(args.tokens_per_chunk)]
+        cmd = [
+            build_c_server(),
+            str(port),
+            str(args.ttft),
+            str(args.itl),
+            str(args.tokens),
+            str(args.tokens_per_chunk),
+        ]
+    elif args.server == "uvloop":
+        cmd = [
+            sys.executable,
+            str(HERE / "fixed_server_uvloop.py"),
+            "--port",
+            str(port),
+            "--ttft",
+            str(args.ttft),
+            "--itl",
+            str(args.itl),
+            "--tokens",
+            str(args.tokens),
+            "--tokens-per-chunk",
+            str(args.tokens_per_chunk),
+        ]
     elif args.server == "sim":
-        cmd = [sys.executable, "-m", "specload", "sim", "--port", str(port), "--timing", "fixed",
-               "--fixed-ttft", str(args.ttft), "--fixed-itl", str(args.itl),
-               "--fixed-tokens-per-chunk", str(args.tokens_per_chunk),
-               "--fixed-reasoning-tokens", "0", "--fixed-content-tokens", str(args.tokens)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "specload",
+            "sim",
+            "--port",
+            str(port),
+            "--timing",
+            "fixed",
+            "--fixed-ttft",
+            str(args.ttft),
+            "--fixed-itl",
+            str(args.itl),
+            "--fixed-tokens-per-chunk",
+            str(args.tokens_per_chunk),
+            "--fixed-reasoning-tokens",
+            "0",
+            "--fixed-content-tokens",
+            str(args.tokens),
+        ]
     if args.server_cpu is not None:
         cmd = ["taskset", "-c", str(args.server_cpu), *cmd]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -103,11 +156,22 @@ def run_level(args: argparse.Namespace, streams: int) -> dict[str, float]:
     server = start_server(args, port)
     try:
         options = parse_options(
-            ["-f", "x", "--host", f"http://127.0.0.1:{port}", "--metrics-address", "off",
-             "--max-tokens", str(args.tokens), "--prompts", "builtin"]
+            [
+                "-f",
+                "x",
+                "--host",
+                f"http://127.0.0.1:{port}",
+                "--metrics-address",
+                "off",
+                "--max-tokens",
+                str(args.tokens),
+                "--prompts",
+                "builtin",
+            ]
         )
-        env = Environment(user_classes=[ChatUser], host=options.host, events=events,
-                          parsed_options=options)
+        env = Environment(
+            user_classes=[ChatUser], host=options.host, events=events, parsed_options=options
+        )
         runner = env.create_local_runner()
         events.init.fire(environment=env, runner=runner, web_ui=None)
         ended: list[tuple[float, float, int]] = []
@@ -196,8 +260,13 @@ def main() -> None:
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--warmup", type=float, default=5.0)
     ap.add_argument("--duration", type=float, default=20.0)
-    ap.add_argument("--server", choices=("c", "py", "sim"), default="c",
-                    help="fixed-timing server: C (default), Python, or the simulator")
+    ap.add_argument(
+        "--server",
+        choices=("c", "py", "uvloop", "sim"),
+        default="c",
+        help="fixed-timing server: C (default), Python, the independent uvloop "
+        "server (bench/fixed_server_uvloop.py), or the simulator",
+    )
     ap.add_argument("--server-cpu", type=int, default=1)
     ap.add_argument("--client-cpu", type=int, default=0)
     ap.add_argument("--out", default="")

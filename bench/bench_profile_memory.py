@@ -41,8 +41,13 @@ def _steps(target_bytes: int) -> list[StepSpec]:
     per_step_bytes = (122 + 250) * 650
     n = max(1, target_bytes // per_step_bytes)
     return [
-        StepSpec(1 if i % 2 == 0 else 32, 13600.0 if i % 2 == 0 else 20000.0,
-                 7000.0 if i % 2 == 0 else 6000.0, allreduces=122, other_kernels=250)
+        StepSpec(
+            1 if i % 2 == 0 else 32,
+            13600.0 if i % 2 == 0 else 20000.0,
+            7000.0 if i % 2 == 0 else 6000.0,
+            allreduces=122,
+            other_kernels=250,
+        )
         for i in range(n)
     ]
 
@@ -62,17 +67,24 @@ def main() -> int:
         wrote = time.perf_counter() - t0
         size_mb = path.stat().st_size / 1e6
         env = dict(os.environ)
-        out = subprocess.run([sys.executable, "-c", _CHILD, str(path)], check=True,
-                             capture_output=True, text=True, env=env).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(path)],
+            check=True,
+            capture_output=True,
+            text=True,
+            env=env,
+        ).stdout
         result = json.loads(out)
-    result.update({
-        "file_mb": round(size_mb, 1),
-        "gzip": args.gzip,
-        "write_seconds": round(wrote, 1),
-        "true_ratio": truth.ratio(),
-        "error_pp": abs(result["ratio"] - truth.ratio()) * 100,
-        "bench_parent_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-    })
+    result.update(
+        {
+            "file_mb": round(size_mb, 1),
+            "gzip": args.gzip,
+            "write_seconds": round(wrote, 1),
+            "true_ratio": truth.ratio(),
+            "error_pp": abs(result["ratio"] - truth.ratio()) * 100,
+            "bench_parent_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
+    )
     print(json.dumps(result, indent=2))
     return 0 if result["peak_rss_mb"] < 300 and result["error_pp"] < 1 else 1
 

@@ -42,9 +42,20 @@ def main() -> None:
     args = ap.parse_args()
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, str(ROOT / "bench" / "fixed_server.py"), "--port", str(port),
-         "--ttft", "0.05", "--itl", "0.005", "--tokens", str(args.tokens)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            str(ROOT / "bench" / "fixed_server.py"),
+            "--port",
+            str(port),
+            "--ttft",
+            "0.05",
+            "--itl",
+            "0.005",
+            "--tokens",
+            str(args.tokens),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         time.sleep(1.0)
@@ -54,27 +65,63 @@ def main() -> None:
                 out = Path(tmp) / "run"
                 t0 = time.monotonic()
                 subprocess.run(
-                    [sys.executable, "-m", "specload", "run", "--host", f"http://127.0.0.1:{port}",
-                     "--metrics-url", "off", "--metrics-address", "off", "--progress", "off",
-                     "--concurrency", args.levels, "--warmup", args.warmup,
-                     "--duration", args.duration, "--workers", str(args.workers),
-                     "--out", str(out)],
-                    check=True, cwd=ROOT,
+                    [
+                        sys.executable,
+                        "-m",
+                        "specload",
+                        "run",
+                        "--host",
+                        f"http://127.0.0.1:{port}",
+                        "--metrics-url",
+                        "off",
+                        "--metrics-address",
+                        "off",
+                        "--progress",
+                        "off",
+                        "--concurrency",
+                        args.levels,
+                        "--warmup",
+                        args.warmup,
+                        "--duration",
+                        args.duration,
+                        "--workers",
+                        str(args.workers),
+                        "--out",
+                        str(out),
+                    ],
+                    check=True,
+                    cwd=ROOT,
                 )
                 process_s = time.monotonic() - t0
                 s = json.loads((out / "summary.json").read_text())
                 completed = sum(level["completed"] for level in s["levels"])
-                rows.append((i, s["wall_time_s"], s["planned_s"], s["outage_s"], s["overhead_s"],
-                             100 * s["overhead_s"] / s["planned_s"], process_s, completed))
+                rows.append(
+                    (
+                        i,
+                        s["wall_time_s"],
+                        s["planned_s"],
+                        s["outage_s"],
+                        s["overhead_s"],
+                        100 * s["overhead_s"] / s["planned_s"],
+                        process_s,
+                        completed,
+                    )
+                )
         load = os.getloadavg()[0]
-        print(f"levels {args.levels}, warm-up {args.warmup}s, window {args.duration}s, "
-              f"workers {args.workers}, {args.tokens} tokens/request, load average {load:.1f}")
-        print("| run | sweep wall s | planned s | outage s | overhead s | overhead % "
-              "| process wall s | requests |")
+        print(
+            f"levels {args.levels}, warm-up {args.warmup}s, window {args.duration}s, "
+            f"workers {args.workers}, {args.tokens} tokens/request, load average {load:.1f}"
+        )
+        print(
+            "| run | sweep wall s | planned s | outage s | overhead s | overhead % "
+            "| process wall s | requests |"
+        )
         print("|---|---|---|---|---|---|---|---|")
         for row in rows:
-            print(f"| {row[0]} | {row[1]:.2f} | {row[2]:.2f} | {row[3]:.2f} | {row[4]:.3f} "
-                  f"| {row[5]:.2f} | {row[6]:.1f} | {row[7]} |")
+            print(
+                f"| {row[0]} | {row[1]:.2f} | {row[2]:.2f} | {row[3]:.2f} | {row[4]:.3f} "
+                f"| {row[5]:.2f} | {row[6]:.1f} | {row[7]} |"
+            )
     finally:
         server.terminate()
         server.wait()

@@ -33,8 +33,7 @@ def _chunk(obj: Any) -> bytes:
 
 def build_stream(tokens: int, per_chunk: int, prompt_tokens: int = 16) -> list[bytes]:
     """HTTP chunks of a whole stream: [role+first token, ..., last + usage + DONE]."""
-    base = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0,
-            "model": MODEL}
+    base = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0, "model": MODEL}
     out: list[bytes] = []
     sent = 0
     n_chunks = math.ceil(tokens / per_chunk)
@@ -44,26 +43,62 @@ def build_stream(tokens: int, per_chunk: int, prompt_tokens: int = 16) -> list[b
         last = i == n_chunks - 1
         piece = b""
         if i == 0:
-            piece += _chunk({**base, "choices": [{"index": 0, "delta": {
-                "role": "assistant", "content": ""}, "finish_reason": None}],
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 0,
-                          "total_tokens": prompt_tokens}})
-        piece += _chunk({**base, "choices": [{"index": 0, "delta": {"content": " tok" * k},
-                         "finish_reason": "length" if last else None}],
-                         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": sent,
-                                   "total_tokens": prompt_tokens + sent}})
+            piece += _chunk(
+                {
+                    **base,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"role": "assistant", "content": ""},
+                            "finish_reason": None,
+                        }
+                    ],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": 0,
+                        "total_tokens": prompt_tokens,
+                    },
+                }
+            )
+        piece += _chunk(
+            {
+                **base,
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {"content": " tok" * k},
+                        "finish_reason": "length" if last else None,
+                    }
+                ],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": sent,
+                    "total_tokens": prompt_tokens + sent,
+                },
+            }
+        )
         if last:
-            piece += _chunk({**base, "choices": [], "usage": {
-                "prompt_tokens": prompt_tokens, "completion_tokens": sent,
-                "total_tokens": prompt_tokens + sent}})
+            piece += _chunk(
+                {
+                    **base,
+                    "choices": [],
+                    "usage": {
+                        "prompt_tokens": prompt_tokens,
+                        "completion_tokens": sent,
+                        "total_tokens": prompt_tokens + sent,
+                    },
+                }
+            )
             data = b"data: [DONE]\n\n"
             piece += b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data)
         out.append(piece)
     return out
 
 
-HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-        b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n")
+HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+    b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"
+)
 
 
 class Server:
@@ -132,8 +167,10 @@ class Protocol(asyncio.Protocol):
             path = head.split(" ", 2)[1]
             if path.endswith("/models"):
                 body = orjson.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
-                self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                                     b"content-length: %d\r\n\r\n%s" % (len(body), body))
+                self.transport.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(body), body)
+                )
                 continue
             self.transport.write(HEAD)
             self.server.add(self.transport, 0, time.monotonic() + self.server.ttft_s)
