@@ -112,7 +112,10 @@ def test_fast_path_bytes_equal_general_path(
     content: int,
     max_tokens: int,
     chunk_sizes: list[int],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # one clock for both: a stream's prefix carries the second it was created in
+    monkeypatch.setattr("simulator.api.time.time", lambda: 1700000000.0)
     case = (field, continuous, reasoning, content, max_tokens, chunk_sizes)
     fast = _wire(True, *case)
     general = _wire(False, *case)
