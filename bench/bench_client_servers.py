@@ -35,10 +35,27 @@ uvloop server measures every chunk's (write time - deadline, kept per second; th
 seconds are read from its stats file); for both servers the client's TTFT/stream excess
 shows it.
 
-    flock /tmp/specload-bench.lock .venv/bin/python bench/bench_client_servers.py \\
-        --servers c,uvloop --repeat 4 --warmup 10 --duration 30 --out /tmp/servers.md
+Also per run: the wake cut again (last byte -> the reactor ends the stream -> the user
+runs -> ``meter.finish`` -> ``send`` returns), how clumped the request ends are (share
+of them in the busiest tenth of the window's 10-ms bins: users in step put them all
+there), requests in flight at the window's edges, the spawn time of the users, the
+window's throughput by the older definitions (requests ended in it; prorated), reads
+without a kernel stamp, the CPU every other process used meanwhile (``other CPU``: this
+machine is shared) and, for the uvloop server, the client's requests matched to the
+server's (same port and clock): TTFT excess = send -> parsed by the server + its lateness
+on the first chunk + written -> the client's arrival stamp (a first token read together
+with the next chunk carries that chunk's stamp).
 
-``--json FILE`` keeps every run's figures. ``--child`` is internal (the measured process).
+    .venv/bin/python bench/bench_client_servers.py --servers c,uvloop --repeat 4 \\
+        --warmup 8 --duration 20 --json /tmp/servers.json --out /tmp/servers.md
+
+Each run holds /tmp/specload-bench.lock (other benchmarks take it too) and starts when the
+machine's processes use at most ``--max-busy`` cores (waiting up to ``--max-wait`` s).
+What-if switches (they change what runs; results say which): ``BENCH_SPREAD_S=0`` starts
+every user's first request at once (as before specload/sweep/locustfile.py's
+``START_SPREAD_S``), ``BENCH_MIXED=1`` lets every other user skip the ``gevent.sleep(0)``
+Locust puts between tasks (a within-run A/B: ``styles`` in the JSON). ``--child`` is
+internal (the measured process).
 """
 
 from __future__ import annotations
