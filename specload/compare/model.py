@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from specload.compare.stats import (
 from specload.durations import parse_duration
 from specload.errors import UsageError
 from specload.load.records import RequestRecord
+from specload.results.aggregate import level_window
 from specload.results.repair import record_of
 from specload.results.writer import read_requests, read_summary
 
@@ -174,15 +174,6 @@ def _number(value: Any) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
-
-
-def _timestamp(text: Any) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(str(text)).timestamp()
-    except ValueError:
-        return None
 
 
 # -- checks ---------------------------------------------------------------------------------
@@ -349,17 +340,12 @@ def window_bounds(
     request of the level's step.
     """
     duration = float(level.get("duration") or 0.0)
-    start = _number(level.get("window_start_s"))
-    if start is None:
-        start = _timestamp(level.get("window_started_at"))
+    start, end = level_window(level)
     if start is None:
         starts = [r.start_s for r in records if r.step == level.get("name")]
         if not starts:
             return None
         start = min(starts)
-    end = _number(level.get("window_end_s"))
-    if end is None:
-        end = _timestamp(level.get("window_ended_at"))
     if end is None:
         end = start + duration
     return (start, end) if end > start else None

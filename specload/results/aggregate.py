@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from specload.load.aggregate import TRUNCATION_WARN_RATIO, Stats
@@ -26,6 +27,34 @@ def as_record(item: RequestRecord | Mapping[str, Any]) -> RequestRecord:
 USERS_HELD_MIN_RATIO = 0.95
 # A level whose median request is longer than this share of its window is ``long_requests``.
 LONG_REQUEST_RATIO = 0.25
+
+
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _iso_seconds(text: Any) -> float | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(str(text)).timestamp()
+    except ValueError:
+        return None
+
+
+def level_window(level: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    """A ``summary.json`` level's measured window in wall-clock seconds: the sweep's own
+    floats (``window_start_s``/``window_end_s``) when the summary has them, else the ISO
+    ``window_started_at``/``window_ended_at`` (milliseconds); None where neither is known."""
+    start = _seconds(level.get("window_start_s"))
+    if start is None:
+        start = _iso_seconds(level.get("window_started_at"))
+    end = _seconds(level.get("window_end_s"))
+    if end is None:
+        end = _iso_seconds(level.get("window_ended_at"))
+    return start, end
 
 
 class LevelAggregate:

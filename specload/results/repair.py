@@ -68,12 +68,6 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return None
-
-
 def _ts(text: Any) -> float | None:
     if not text:
         return None
@@ -143,8 +137,7 @@ def rebuild_summary(
     stale: Mapping[str, Any], raws: Sequence[Mapping[str, Any]], *, now: float | None = None
 ) -> dict[str, Any]:
     """The repaired summary: the stale one's metadata, every level rebuilt from ``raws``."""
-    from specload.load.aggregate import TRUNCATION_WARN_RATIO  # noqa: PLC0415
-    from specload.results.aggregate import summarize_level  # noqa: PLC0415
+    from specload.results.aggregate import level_window, summarize_level  # noqa: PLC0415
 
     records = [record_of(raw) for raw in raws]
     options = stale.get("options") or {}
@@ -168,14 +161,9 @@ def rebuild_summary(
         load = _level_load(name, options) or {}
         mine = [r for r in records if r.step == name]
         later = [r.start_s for n in names[index + 1 :] for r in by_level.get(n, [])]
-        start = _num(old.get("window_start_s"))
-        if start is None:
-            start = _ts(old.get("window_started_at"))
+        start, end = level_window(old)
         if start is None and mine:
             start = min(r.start_s for r in mine)
-        end = _num(old.get("window_end_s"))
-        if end is None:
-            end = _ts(old.get("window_ended_at"))
         # complete: its window ended (an end written for a complete level, or a later
         # level began); an end written for an incomplete level is where it was cut
         finished = bool(later) or (end is not None and old.get("complete", True) is not False)
@@ -193,8 +181,15 @@ def rebuild_summary(
             if end is None:
                 end = min(later) if later else (last_activity or start)
             duration = max(0.0, end - start - _measured_outage_s(old))
+        planned_window = old.get("planned_duration_s", planned_s)
         numbers = summarize_level(
-            records, step=name, window_start_s=start, window_end_s=end, duration_s=duration
+            records,
+            step=name,
+            window_start_s=start,
+            window_end_s=end,
+            duration_s=duration,
+            concurrency=old.get("concurrency", load.get("concurrency")),
+            planned_duration_s=planned_window if isinstance(planned_window, int | float) else None,
         )
         if not finished:
             planned = old.get("planned_duration_s", planned_s)
@@ -238,19 +233,9 @@ def rebuild_summary(
         kept = {k: v for k, v in old.items() if k not in level and k not in numbers}
         level.update(kept)
         level.update(numbers)
+        # the records' own flags (unfinished, reasoning_truncated, long_requests), as the
+        # sweep assesses them: one assessment, specload.results.aggregate.assess_level
         flags.update(str(f) for f in numbers.get("flags") or [])
-        if numbers.get("unfinished"):
-            flags.add("unfinished")
-        ratio = numbers.get("reasoning_truncated_ratio")
-        if isinstance(ratio, int | float) and ratio > TRUNCATION_WARN_RATIO:
-            if "reasoning_truncated" not in flags:
-                _add(
-                    warnings,
-                    f"{numbers.get('reasoning_truncated')} of {numbers.get('completed')} "
-                    "completed requests ended inside reasoning at max_tokens: no answer token "
-                    "measured for them (TTFCT)",
-                )
-            flags.add("reasoning_truncated")
         level["warnings"] = warnings + [
             str(w) for w in numbers.get("warnings") or [] if str(w) not in warnings
         ]
