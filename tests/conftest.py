@@ -7,4 +7,5 @@ pytest_plugins: list[str] = [
     "tests.fixtures.load",
     "tests.fixtures.sweep",
     "tests.fixtures.sim",
+    "tests.fixtures.canned",
 ]

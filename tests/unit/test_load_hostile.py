@@ -11,14 +11,10 @@ from __future__ import annotations
 import email.utils
 import itertools
 import json
-import re
-import socket
 import subprocess
 import sys
 import textwrap
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +40,7 @@ from specload.load.response import (
 )
 from specload.prompts import Prompt
 from specload.urls import parse_server_url
+from tests.fixtures.canned import CannedServer
 
 pytestmark = pytest.mark.unit
 
@@ -91,69 +88,7 @@ def answer(status: bytes, body: bytes, *headers: bytes, chunked: bool = False) -
 HTML = b"<html><body><h1>Sign in to the proxy</h1></body></html>"
 
 
-class Canned:
-    """HTTP/1.1 on loopback: each request gets the next answer; connections counted.
-    An answer whose head says ``connection: close`` is followed by closing."""
-
-    def __init__(self, answers: list[bytes]) -> None:
-        self.answers = list(answers)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.connections = 0
-        self.requests: list[bytes] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            self.connections += 1
-            threading.Thread(target=self._talk, args=(conn,), daemon=True).start()
-
-    def _talk(self, conn: socket.socket) -> None:
-        buf = b""
-        with conn:
-            try:
-                while True:
-                    while b"\r\n\r\n" not in buf:
-                        data = conn.recv(65536)
-                        if not data:
-                            return
-                        buf += data
-                    head, _, rest = buf.partition(b"\r\n\r\n")
-                    found = re.search(rb"Content-Length: (\d+)", head)
-                    length = int(found.group(1)) if found else 0
-                    while len(rest) < length:
-                        rest += conn.recv(65536)
-                    buf = rest[length:]
-                    self.requests.append(head)
-                    reply = self.answers.pop(0)
-                    conn.sendall(reply)
-                    if b"connection: close" in reply.partition(b"\r\n\r\n")[0].lower():
-                        return
-            except OSError:
-                return
-
-    def close(self) -> None:
-        self.listener.close()
-
-
-@pytest.fixture
-def canned() -> Iterator[Any]:
-    servers: list[Canned] = []
-
-    def start(answers: list[bytes]) -> Canned:
-        servers.append(Canned(answers))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
-
-
-def requester(server: Canned, **kwargs: Any) -> ChatRequester:
+def requester(server: CannedServer, **kwargs: Any) -> ChatRequester:
     settings = ChatSettings(model="m", api_key=SECRET, timeout_s=10.0, **kwargs)
     return ChatRequester(parse_server_url(f"http://127.0.0.1:{server.port}"), settings)
 

@@ -11,11 +11,8 @@ from __future__ import annotations
 import math
 import random
 import re
-import socket
-import threading
 import time
 import tracemalloc
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -35,6 +32,7 @@ from specload.load.meter import (
 from specload.load.records import ERROR_KINDS, RequestRecord
 from specload.prompts import Prompt
 from specload.urls import parse_server_url
+from tests.fixtures.canned import CannedServer
 
 pytestmark = pytest.mark.unit
 
@@ -275,74 +273,6 @@ def sse_response(payloads: list[bytes]) -> bytes:
 def good_stream(n: int = 4) -> list[bytes]:
     out = [text("t", {"prompt_tokens": 7, "completion_tokens": i}) for i in range(1, n + 1)]
     return [*out, b"[DONE]"]
-
-
-class CannedServer:
-    """HTTP/1.1 on loopback, one connection at a time: each request gets the next answer."""
-
-    def __init__(self, responses: list[bytes]) -> None:
-        self.responses = list(responses)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.connections = 0
-        self.closed_by_client = 0
-        self.requests: list[bytes] = []
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            self.connections += 1
-            with conn:
-                self._talk(conn)
-            self.closed_by_client += 1
-
-    def _talk(self, conn: socket.socket) -> None:
-        buf = b""
-        try:
-            while True:
-                while b"\r\n\r\n" not in buf:
-                    data = conn.recv(65536)
-                    if not data:
-                        return
-                    buf += data
-                head, _, rest = buf.partition(b"\r\n\r\n")
-                found = re.search(rb"Content-Length: (\d+)", head)
-                length = int(found.group(1)) if found else 0
-                while len(rest) < length:
-                    rest += conn.recv(65536)
-                buf = rest[length:]
-                self.requests.append(head + b"\r\n\r\n" + rest[:length])
-                conn.sendall(self.responses.pop(0))
-        except OSError:
-            return
-
-    def wait_closed(self, n: int) -> bool:
-        deadline = time.monotonic() + 5
-        while self.closed_by_client < n and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return self.closed_by_client >= n
-
-    def close(self) -> None:
-        self.listener.close()
-
-
-@pytest.fixture
-def canned() -> Iterator[Any]:
-    servers: list[CannedServer] = []
-
-    def start(responses: list[bytes]) -> CannedServer:
-        server = CannedServer(responses)
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        server.close()
 
 
 PROMPT = Prompt("p1", "math", ({"role": "user", "content": "hi"},), 100)

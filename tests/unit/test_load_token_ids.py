@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -13,22 +12,9 @@ from specload.load import meter as meter_mod
 from specload.load.chat import ChatSettings
 from specload.load.meter import MalformedChunk, TokenIdMeter
 from specload.load.records import RequestRecord
-from tests.unit.test_load_meter_usage import PROMPT, CannedServer, requester, sse_response
+from tests.unit.test_load_meter_usage import PROMPT, requester, sse_response
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-def canned() -> Iterator[Any]:
-    servers: list[CannedServer] = []
-
-    def start(responses: list[bytes]) -> CannedServer:
-        servers.append(CannedServer(responses))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
 
 
 def chunk(ids: list[int] | None, *, content: str = "", reasoning: str = "", **top: Any) -> bytes:
