@@ -4,17 +4,20 @@ Stages, in order (each a small function over a shared :class:`DemoContext`):
 
 1. ``specload stack up`` under ``OUT/stack`` on free ports: one simulated
    server ``baseline`` (the deployment), the exporter, Prometheus, Alertmanager;
-2. a baseline sweep (``specload run``) of it, ``baseline export``, and the
-   baseline served by the exporter (Prometheus shows it);
-3. ``stack reload baseline --as ngram``, watched live in Prometheus
+2. a baseline sweep (``specload run --record-token-ids``) of it, ``baseline export``, and
+   the baseline served by the exporter (Prometheus shows it);
+3. ``specload predict`` of the simulator's n-gram variant from the baseline sweep alone,
+   before paying for the reload: predicted TPOT per level and whether the reload is worth it;
+4. ``stack reload baseline --as ngram``, watched live in Prometheus
    (``specload_target_state``, reload elapsed, load progress), then the reload
    duration the exporter recorded;
-4. an ngram sweep of the same server and the comparison (ngram slower), with
-   the acceptance rate from the sweep and from Prometheus;
-5. the alert state from Prometheus and Alertmanager, and the ratio behind
+5. an ngram sweep of the same server and the comparison (ngram slower), with
+   the acceptance rate from the sweep and from Prometheus, then the prediction of
+   stage 3 beside what was measured (``specload predict --measured``);
+6. the alert state from Prometheus and Alertmanager, and the ratio behind
    ``SpecloadTPOTRegression`` level by level;
-6. ``stack down`` (also on Ctrl-C and errors; ``--keep-stack`` keeps it), then
-   where the results, plots and the comparison are.
+7. ``stack down`` (also on Ctrl-C and errors; ``--keep-stack`` keeps it), then
+   where the results, plots, the prediction and the comparison are.
 
 The facts of the story are written to ``OUT/demo.json`` as they are learnt.
 """
@@ -167,8 +170,9 @@ def stack_up(ctx: DemoContext) -> None:
 # --- 2. baseline sweep --------------------------------------------------------------------------
 
 
-def _sweep(ctx: DemoContext, variant: str) -> Path:
-    """``specload run`` of the stack's server as ``variant``; Ctrl-C lets it finish cleanly."""
+def _sweep(ctx: DemoContext, variant: str, *extra: str) -> Path:
+    """``specload run`` of the stack's server as ``variant`` (``extra``: more of its options);
+    Ctrl-C lets it finish cleanly."""
     args = ctx.args
     out = ctx.out / variant
     cmd = _specload(
@@ -195,6 +199,7 @@ def _sweep(ctx: DemoContext, variant: str) -> Path:
         "off",
         "--progress",
         "auto" if sys.stdout.isatty() else "plain",
+        *extra,
     )
     proc = subprocess.Popen(cmd)
     try:
@@ -221,12 +226,13 @@ def baseline_sweep(ctx: DemoContext) -> None:
     args = ctx.args
     ctx.say(
         f"== 2. baseline sweep of {ctx.server_url}: concurrency {args.concurrency}, warm-up "
-        f"{args.warmup}, window {args.duration} per level, max_tokens {args.max_tokens}"
+        f"{args.warmup}, window {args.duration} per level, max_tokens {args.max_tokens}, "
+        "token ids recorded (tokens.jsonl, for the prediction)"
     )
     from specload.baseline import baseline_from_summary  # noqa: PLC0415
     from specload.results import read_summary  # noqa: PLC0415
 
-    out = _sweep(ctx, "baseline")
+    out = _sweep(ctx, "baseline", "--record-token-ids")
     baseline = baseline_from_summary(read_summary(out), str(out))
     assert ctx.baseline_file is not None
     atomic_write_bytes(ctx.baseline_file, dump_json(baseline))
@@ -260,7 +266,196 @@ def _wait_for(check: Callable[[], Any], timeout_s: float, every_s: float = 0.25)
     return result
 
 
-# --- 3. reload watched in Prometheus ------------------------------------------------------------
+# --- 3. the n-gram variant predicted from the baseline ------------------------------------------
+
+
+def _ngram_preset() -> tuple[int, int, int]:
+    """k and the lookup window of the simulator's n-gram variant (what the reload serves)."""
+    from simulator.variants import PRESETS  # noqa: PLC0415
+
+    v = PRESETS[RELOAD_AS]
+    return v.num_speculative_tokens, v.prompt_lookup_min, v.prompt_lookup_max
+
+
+def _predict(ctx: DemoContext, measured: Path | None = None) -> dict[str, Any] | str:
+    """``specload predict`` of the baseline sweep as the n-gram variant (``--measured``: beside
+    the variant's own sweep), writing ``OUT/prediction``: its JSON, or one line saying why not."""
+    import orjson  # noqa: PLC0415
+
+    k, lo, hi = _ngram_preset()
+    cmd = _specload(
+        "predict",
+        str(ctx.results["baseline"]),
+        "--method",
+        "ngram",
+        "--num-speculative-tokens",
+        str(k),
+        "--prompt-lookup-min",
+        str(lo),
+        "--prompt-lookup-max",
+        str(hi),
+        "--json",
+        "--out",
+        str(ctx.out / "prediction"),
+        *(("--measured", str(measured)) if measured is not None else ()),
+    )
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    except subprocess.TimeoutExpired:
+        return "specload predict did not finish within 120s"
+    if proc.returncode != 0:
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        return f"specload predict failed (exit {proc.returncode}): {lines[-1] if lines else '-'}"
+    try:
+        data = orjson.loads(proc.stdout)
+    except orjson.JSONDecodeError:
+        return "specload predict printed no JSON"
+    if not isinstance(data, dict) or not isinstance(data.get("levels"), list):
+        return "specload predict printed JSON without levels"
+    return data
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _ms(value: Any) -> str:
+    v = _num(value)
+    return "-" if v is None else f"{v:.2f} ms"
+
+
+def _signed_pct(value: Any) -> str:
+    v = _num(value)
+    return "-" if v is None else f"{100 * v:+.1f}%"
+
+
+def _change(level: dict[str, Any]) -> str:
+    """``14% slower`` / ``8% faster`` from the predicted and the baseline median."""
+    base, pred = (
+        _num(level.get("baseline_median_tpot_ms")),
+        _num(level.get("predicted_median_tpot_ms")),
+    )
+    if base is None or pred is None or base <= 0:
+        return "-"
+    diff = pred / base - 1
+    return f"{abs(diff):.0%} {'slower' if diff > 0 else 'faster'}"
+
+
+def _extrapolated(data: dict[str, Any], concurrency: Any, k: int) -> int | None:
+    """Tokens per step the variant needs at ``concurrency`` when the baseline did not
+    measure steps that large (the curve is extrapolated there); None when it did."""
+    for need in (data.get("plan") or {}).get("needs") or []:
+        if (
+            isinstance(need, dict)
+            and need.get("concurrency") == concurrency
+            and need.get("k") == k
+            and need.get("status") == "extrapolated"
+        ):
+            return int(need.get("tokens") or 0)
+    return None
+
+
+def predict_variant(ctx: DemoContext) -> None:
+    k, lo, hi = _ngram_preset()
+    ctx.say(
+        f"== 3. specload predict {ctx.results['baseline']} --method ngram "
+        f"--num-speculative-tokens {k} --prompt-lookup-min {lo} --prompt-lookup-max {hi}: "
+        f"the {RELOAD_AS} variant forecast from the baseline sweep alone, before the reload "
+        "(~30 min on the reference model)"
+    )
+    t0 = time.monotonic()
+    data = _predict(ctx)
+    took_s = time.monotonic() - t0
+    if isinstance(data, str):
+        ctx.say(f"   no prediction: {data}; going on without it")
+        ctx.record("prediction", {"ok": False, "error": data, "took_s": round(took_s, 1)})
+        return
+    levels = [lv for lv in data["levels"] if isinstance(lv, dict)]
+    conf = _num(data.get("confidence")) or 0.95
+    for lv in levels:
+        speedup, acceptance = _num(lv.get("speedup")), _num(lv.get("acceptance_rate"))
+        low, high = _num(lv.get("predicted_low_ms")), _num(lv.get("predicted_high_ms"))
+        interval = (
+            "" if low is None or high is None else f"{conf:.0%} interval {low:.2f}..{high:.2f}, "
+        )
+        ctx.say(
+            f"   n-gram k={k} at concurrency {lv.get('concurrency')}: predicted {_change(lv)} "
+            f"(TPOT {_ms(lv.get('predicted_median_tpot_ms'))}, {interval}vs "
+            f"{_ms(lv.get('baseline_median_tpot_ms'))} measured baseline; speedup "
+            f"{'-' if speedup is None else f'{speedup:.3f}x'}, acceptance "
+            f"{'-' if acceptance is None else f'{acceptance:.3f}'}): {lv.get('verdict', '-')}"
+        )
+        need = _extrapolated(data, lv.get("concurrency"), k)
+        if need is not None:
+            ctx.say(
+                f"     extrapolated: a step there holds up to {need} tokens, more than any "
+                "baseline level measured (`specload predict --plan` names the levels to add)"
+            )
+    for warning in data.get("warnings") or []:
+        ctx.say(f"   specload predict: warning: {' '.join(str(warning).split())}")
+    faster = [lv.get("concurrency") for lv in levels if lv.get("verdict") == "faster"]
+    if faster:
+        decision = (
+            "worth the reload (predicted faster at concurrency "
+            + ", ".join(str(c) for c in faster)
+            + ")"
+        )
+    else:
+        decision = "not worth a 30-minute reload"
+    per_level = []
+    for i, lv in enumerate(levels):
+        where = (
+            f"at concurrency {lv.get('concurrency')}" if i == 0 else f"at {lv.get('concurrency')}"
+        )
+        change = (
+            _change(lv) if lv.get("verdict") != "within noise" else f"within noise ({_change(lv)})"
+        )
+        figures = (
+            f" (TPOT {_ms(lv.get('predicted_median_tpot_ms'))} vs "
+            f"{_ms(lv.get('baseline_median_tpot_ms'))} measured baseline)"
+            if i == 0
+            else ""
+        )
+        per_level.append(f"{change} {where}{figures}")
+    ctx.say(
+        f"   n-gram k={k} predicted {', '.join(per_level) or 'nothing'}: {decision} "
+        f"(predicted in {took_s:.1f}s; the demo reloads anyway, to check)"
+    )
+    ctx.record(
+        "prediction",
+        {
+            "ok": True,
+            "dir": str(ctx.out / "prediction"),
+            "num_speculative_tokens": k,
+            "prompt_lookup_min": lo,
+            "prompt_lookup_max": hi,
+            "levels": [
+                {
+                    key: lv.get(key)
+                    for key in (
+                        "concurrency",
+                        "baseline_median_tpot_ms",
+                        "predicted_median_tpot_ms",
+                        "predicted_low_ms",
+                        "predicted_high_ms",
+                        "speedup",
+                        "verdict",
+                        "acceptance_rate",
+                    )
+                }
+                | {"extrapolated": _extrapolated(data, lv.get("concurrency"), k) is not None}
+                for lv in levels
+            ],
+            "worth_reload": bool(faster),
+            "decision": decision,
+            "took_s": round(took_s, 1),
+        },
+    )
+
+
+# --- 4. reload watched in Prometheus ------------------------------------------------------------
 
 
 def _serving(url: str) -> bool:
@@ -288,7 +483,7 @@ def _watch_line(ctx: DemoContext, t0: float) -> tuple[str, str]:
 def reload_watched(ctx: DemoContext) -> None:
     load_s = ctx.args.load_time_s
     ctx.say(
-        f"== 3. specload stack reload {SERVER} --as {RELOAD_AS}: the server closes its port "
+        f"== 4. specload stack reload {SERVER} --as {RELOAD_AS}: the server closes its port "
         f"for {load_s:g}s (vLLM does not listen while it loads), watched in Prometheus"
     )
     sel = f'{{variant="{SERVER}"}}'
@@ -348,7 +543,7 @@ def reload_watched(ctx: DemoContext) -> None:
     )
 
 
-# --- 4. ngram sweep and comparison --------------------------------------------------------------
+# --- 5. ngram sweep and comparison --------------------------------------------------------------
 
 
 def _client_acceptance(summary: dict[str, Any]) -> float | None:
@@ -366,7 +561,7 @@ def _client_acceptance(summary: dict[str, Any]) -> float | None:
 
 def ngram_sweep_and_compare(ctx: DemoContext) -> None:
     ctx.say(
-        f"== 4. {RELOAD_AS} sweep of the same server, then the comparison "
+        f"== 5. {RELOAD_AS} sweep of the same server, then the comparison "
         "(95% bootstrap confidence intervals)"
     )
     out = _sweep(ctx, RELOAD_AS)
@@ -404,9 +599,76 @@ def ngram_sweep_and_compare(ctx: DemoContext) -> None:
             "acceptance_prometheus": prom,
         },
     )
+    predicted_against_measured(ctx, out)
 
 
-# --- 5. alerts ----------------------------------------------------------------------------------
+def predicted_against_measured(ctx: DemoContext, measured: Path) -> None:
+    """Stage 3's prediction beside the sweep just measured (``specload predict --measured``)."""
+    ctx.say(
+        f"   predicted (stage 3, from the baseline alone) against measured ({RELOAD_AS} sweep), "
+        "median TPOT per level:"
+    )
+    data = _predict(ctx, measured=measured)
+    versus = data.get("measured") if isinstance(data, dict) else None
+    if not isinstance(versus, dict) or not isinstance(versus.get("levels"), list):
+        error = data if isinstance(data, str) else "specload predict gave no measured levels"
+        ctx.say(f"   no comparison with the prediction: {error}; going on without it")
+        ctx.record("predicted_vs_measured", {"ok": False, "error": error})
+        return
+    levels = [
+        {
+            key: row.get(key)
+            for key in (
+                "concurrency",
+                "predicted_median_tpot_ms",
+                "measured_median_tpot_ms",
+                "error_ratio",
+                "within_interval",
+                "predicted_acceptance_rate",
+                "measured_acceptance_rate",
+            )
+        }
+        for row in versus["levels"]
+        if isinstance(row, dict)
+    ]
+    for row in levels:
+        ctx.say(
+            f"   c{row['concurrency']}: predicted {_ms(row['predicted_median_tpot_ms'])}, "
+            f"measured {_ms(row['measured_median_tpot_ms'])} ({_signed_pct(row['error_ratio'])}"
+            f"{', inside the interval' if row['within_interval'] else ''})"
+        )
+    totals = versus.get("totals") if isinstance(versus.get("totals"), dict) else {}
+    assert isinstance(totals, dict)
+    counters = []
+    for name in ("drafts", "draft_tokens", "accepted_tokens"):
+        v = totals.get(name)
+        if isinstance(v, dict) and _num(v.get("predicted")) is not None:
+            measured_v = _num(v.get("measured"))
+            counters.append(
+                f"{name.replace('_', ' ')} {v['predicted']:.0f} predicted, "
+                f"{'-' if measured_v is None else f'{measured_v:.0f}'} measured "
+                f"({_signed_pct(v.get('error_ratio'))})"
+            )
+    if counters:
+        ctx.say(
+            "   speculative-decoding counters (predicted over the baseline's requests; measured: "
+            "the server's, summed over the level windows): " + "; ".join(counters)
+        )
+    ctx.record(
+        "predicted_vs_measured",
+        {
+            "ok": True,
+            "dir": str(ctx.out / "prediction"),
+            "levels": levels,
+            "totals": {
+                n: totals[n] for n in ("drafts", "draft_tokens", "accepted_tokens") if n in totals
+            },
+            "implied_step_overhead_ms": versus.get("implied_step_overhead_ms"),
+        },
+    )
+
+
+# --- 6. alerts ----------------------------------------------------------------------------------
 
 
 def _iso_ts(text: str) -> float:
@@ -438,7 +700,7 @@ def _ratios_per_level(ctx: DemoContext) -> list[dict[str, Any]]:
 
 
 def alert_state(ctx: DemoContext) -> None:
-    ctx.say("== 5. alert state (Prometheus rules and Alertmanager)")
+    ctx.say("== 6. alert state (Prometheus rules and Alertmanager)")
     rules = ctx.prom.alert_rules()
     by_state: dict[str, list[str]] = {}
     for alert in rules:
@@ -501,7 +763,7 @@ def alert_state(ctx: DemoContext) -> None:
     )
 
 
-# --- 6. down, and where things are --------------------------------------------------------------
+# --- 7. down, and where things are --------------------------------------------------------------
 
 
 def stack_down(ctx: DemoContext) -> None:
@@ -511,7 +773,7 @@ def stack_down(ctx: DemoContext) -> None:
             ctx.prometheus.close()
         ctx.record("stack_down", False)
         prom = ctx.stack["prometheus"]["url"]
-        ctx.say("== 6. the stack keeps running (--keep-stack)")
+        ctx.say("== 7. the stack keeps running (--keep-stack)")
         ctx.say(
             f"   Prometheus {prom}/graph  (alerts {prom}/alerts, targets {prom}/targets); "
             f"Alertmanager {ctx.stack['alertmanager']['url']}"
@@ -522,7 +784,7 @@ def stack_down(ctx: DemoContext) -> None:
         )
         ctx.say(f"   stop it with: specload stack down --state-dir {ctx.state_dir}")
         return
-    ctx.say("== 6. specload stack down")
+    ctx.say("== 7. specload stack down")
     _down(ctx)
 
 
@@ -545,6 +807,13 @@ def tell_where(ctx: DemoContext) -> None:
         )
     if ctx.baseline_file is not None and ctx.baseline_file.exists():
         ctx.say(f"   baseline for the exporter and alerts: {ctx.baseline_file}")
+    prediction = ctx.out / "prediction"
+    if (prediction / "prediction.json").exists():
+        versus = (ctx.facts.get("predicted_vs_measured") or {}).get("ok")
+        ctx.say(
+            f"   prediction: {prediction}/prediction.md, prediction.json, prediction.png"
+            + (f" (with the measured {RELOAD_AS} sweep beside it)" if versus else "")
+        )
     if ctx.comparison is not None:
         ctx.say(
             f"   comparison: {ctx.comparison}/comparison.md, compare_tpot.png, "
@@ -558,6 +827,7 @@ def tell_where(ctx: DemoContext) -> None:
 STAGES: list[Stage] = [
     stack_up,
     baseline_sweep,
+    predict_variant,
     reload_watched,
     ngram_sweep_and_compare,
     alert_state,
@@ -640,7 +910,7 @@ def _resolve(args: argparse.Namespace) -> None:
     )
 
 
-OUTPUTS = ("baseline", "ngram", "comparison", "stack", "demo.json")
+OUTPUTS = ("baseline", "prediction", "ngram", "comparison", "stack", "demo.json")
 
 
 def _clear_previous(out: Path) -> None:

@@ -78,12 +78,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="R",
         help="--method draft: one draft forward pass relative to a baseline step",
     )
+    parser.add_argument(
+        "--step-overhead-ms",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="the variant's own cost per step that the baseline cannot show (proposer, "
+        "rejection sampler, async scheduling turned off), added to every speculative step "
+        "(default 0; `--measured` tells it from a variant run)",
+    )
+    parser.add_argument(
+        "--measured",
+        metavar="VARIANT_DIR",
+        default=None,
+        help="the variant's own results (same levels, after the reload): predicted beside "
+        "measured, and the step overhead that closes the gap",
+    )
+    parser.add_argument("--no-plots", action="store_true", help="with --out: no prediction.png")
     parser.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
     parser.add_argument(
         "--out",
         metavar="DIR",
         default=None,
-        help="also write prediction.md and prediction.json (plan.md/plan.json with --plan)",
+        help="also write prediction.md, prediction.json and prediction.png "
+        "(plan.md/plan.json with --plan)",
     )
     parser.add_argument(
         "--plan",
@@ -169,6 +187,9 @@ def options_of(args: argparse.Namespace) -> Options:
         raise UsageError(f"--confidence: {args.confidence} must be in [0.5, 1)")
     if args.bootstrap < 100 or args.bootstrap > 100_000:
         raise UsageError(f"--bootstrap: {args.bootstrap} must be in [100, 100000]")
+    overhead = args.step_overhead_ms
+    if not (math.isfinite(overhead) and 0 <= overhead <= 10_000):
+        raise UsageError(f"--step-overhead-ms {overhead}: must be a number in [0, 10000]")
     if not (math.isfinite(args.min_difference) and 0 <= args.min_difference < 100):
         raise UsageError(f"--min-difference: {args.min_difference} must be in [0, 100)")
     concurrencies = (
@@ -188,6 +209,7 @@ def options_of(args: argparse.Namespace) -> Options:
         seed=args.seed,
         max_num_seqs=args.max_num_seqs,
         draft_cost_ratio=ratio,
+        step_overhead_ms=overhead,
     )
 
 
@@ -236,17 +258,33 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if baseline.problems:
         raise UsageError(baseline.problems[0])
+    measured_run = None
+    if args.measured is not None:
+        if opts.method != "ngram":
+            raise UsageError("--measured: only with --method ngram")
+        from specload.predict.measured import load_measured  # noqa: PLC0415
+
+        measured_run = load_measured(args.measured)
     try:
         fc = forecast(baseline, opts, plan=plan)
     except ValueError as exc:
         raise UsageError(f"predict: {exc}") from None
     for warning in fc.warnings:
         print(f"specload predict: warning: {' '.join(warning.split())}", file=sys.stderr)
-    data = report.forecast_json(fc)
-    text = report.forecast_markdown(fc)
+    versus = None
+    if measured_run is not None:
+        from specload.predict.measured import comparison  # noqa: PLC0415
+
+        versus = comparison(fc, measured_run)
+    data = report.forecast_json(fc, versus)
+    text = report.forecast_markdown(fc, versus)
     if out is not None:
         atomic_write_bytes(out / "prediction.json", report.dumps(data))
         atomic_write_text(out / "prediction.md", text)
+        if opts.method == "ngram" and not args.no_plots:
+            from specload.results.plots import write_prediction_plot  # noqa: PLC0415
+
+            write_prediction_plot(data, out / "prediction.png")
     if args.json:
         sys.stdout.write(report.dumps(data).decode())
     else:

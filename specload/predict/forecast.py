@@ -223,8 +223,10 @@ class ClosedLoopReplay:
     its sequence. ``fill=False`` is a ``--requests N`` level: exactly these requests, the
     batch thins out at the end; ``fill=True`` is a ``--duration`` level: users keep taking
     requests (the list again, in order) until the last of the listed ones has ended, so the
-    batch stays full. No admission limits (``max_num_seqs``, the token budget, the KV cache)
-    and no prefill cost beyond one token: the fitted curve carries the baseline's own.
+    batch stays full. No admission limits (``max_num_seqs``, the token budget, the KV cache).
+    A prefill step counts its prompt's tokens: a token costs the same whether it is prefilled,
+    decoded or verified (the other requests' prefills inside a request's decode are what make
+    a short-request level's TPOT high, and they do not shrink with speculation).
     """
 
     def schedule(
@@ -260,7 +262,10 @@ class ClosedLoopReplay:
             r = pool[i]
             cut = min(r.steps, size - t)
             idx_parts.append(np.arange(t, t + cut))
-            tok_parts.append(1 + r.drafted[:cut])
+            tok = 1 + r.drafted[:cut]
+            if cut:
+                tok[0] = max(1, r.prompt_len)  # the prefill step
+            tok_parts.append(tok)
             ctx_parts.append(r.prompt_len + r.position[:cut])
             emit_parts.append(r.emitted[:cut])
         idx = np.concatenate(idx_parts)
@@ -324,16 +329,14 @@ class UnitStepCost:
 
 
 class CurveStepCost:
-    """The fitted curve as the engine's cost model (virtual seconds): a step verifying n tokens
-    (a prefill counts one, as in the fit) over sequences of mean context ctx costs
+    """The fitted curve as the engine's cost model (virtual seconds): a step of n tokens
+    (decoded, verified and prefilled, as in the fit) over sequences of mean context ctx costs
     ``coef · (1, n, ctx)`` + the interp correction at n, in milliseconds — the sum
-    :class:`TpotModel` takes. :class:`SimEngine` tells it how many of the step's sequences are
-    prefilling (``prefills``), which a cost model is not told."""
+    :class:`TpotModel` takes."""
 
     def __init__(self, fit: StepCostFit, coef: np.ndarray | None = None) -> None:
         self.fit = fit
         self.coef = [float(x) for x in (fit.coef if coef is None else coef)]
-        self.prefills = 0
 
     def step(
         self,
@@ -346,7 +349,7 @@ class CurveStepCost:
         draft_s: float = 0.0,
         expert_tokens: float | None = None,
     ) -> StepCost:
-        n = decode_tokens + self.prefills
+        n = decode_tokens + prefill_tokens
         ctx = (context_tokens + prefill_tokens) / max(num_seqs, 1)
         a, b, c = self.coef
         ms = a + b * n + c * ctx + float(self.fit.correction_ms(float(n)))
@@ -490,8 +493,6 @@ class SimEngine:
         emitted: list[int] = []
         now = 0.0
         while unfinished:
-            if curve is not None:
-                curve.prefills = len(core.waiting)  # all admitted: nothing limits the loop
             plan = core.plan(now)
             assert plan is not None, "the closed loop ran dry"
             step = len(n_tokens)
@@ -501,7 +502,7 @@ class SimEngine:
                 ctx += seq.prompt_tokens
                 if seq.rid < measured:
                     first[seq.rid] = step
-            n_tokens.append(plan.decode_tokens + len(prefill))
+            n_tokens.append(plan.decode_tokens + sum(max(1, q.prompt_tokens) for q in prefill))
             n_seqs.append(len(plan.decode) + len(prefill))
             ctx_sum.append(ctx)
             now += plan.duration_s
@@ -591,6 +592,19 @@ class TpotModel:
     def tpot_ms(self, coef: np.ndarray) -> np.ndarray:
         return np.asarray((self.features @ coef + self.extra) / self.tokens)
 
+    def overhead_for(self, coef: np.ndarray, target_ms: float) -> float:
+        """The per-step overhead X (ms, any sign) at which the median TPOT with every step
+        costing X more equals ``target_ms``: TPOT_i(X) = TPOT_i(0) + X·steps_i/tokens_i."""
+        if self.requests == 0 or not math.isfinite(target_ms):
+            return math.nan
+        t0 = self.tpot_ms(coef)
+        per = self.features[:, 0] / self.tokens
+        lo, hi = -1e4, 1e4
+        for _ in range(80):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if median(t0 + mid * per) < target_ms else (lo, mid)
+        return (lo + hi) / 2
+
     def throughput(self, coef: np.ndarray) -> float:
         """Output tokens per second over the whole placed span."""
         total_ms = float(self.total_ms_features @ coef) + self.total_extra_ms
@@ -603,13 +617,16 @@ class TpotModel:
         n_boot: int,
         confidence: float,
         rng: np.random.Generator,
+        overhead_ms: float = 0.0,
     ) -> tuple[float, float, float]:
-        """(median, low, high) of the TPOT median: the fit's error x the request sample."""
-        est = median(self.tpot_ms(fit.coef))
+        """(median, low, high) of the TPOT median: the fit's error x the request sample;
+        ``overhead_ms`` is added to every step (the variant's own per-step cost)."""
+        bump = np.array([overhead_ms, 0.0, 0.0])
+        est = median(self.tpot_ms(fit.coef + bump))
         r = self.requests
         if r == 0:
             return est, est, est
-        coefs = fit.sample_coefs(rng, n_boot)  # (B, 3)
+        coefs = fit.sample_coefs(rng, n_boot) + bump  # (B, 3)
         pick = rng.integers(0, r, size=(n_boot, r))
         feats = self.features[pick]  # (B, R, 3)
         tp = (np.einsum("brk,bk->br", feats, coefs) + self.extra[pick]) / self.tokens[pick]
@@ -656,6 +673,9 @@ class Options:
     schedule_ks: tuple[int, ...] = tuple(range(1, MAX_K + 1))
     max_num_seqs: int = 256
     draft_cost_ratio: float | None = None
+    # The variant's own cost per step that no baseline shows (proposer, rejection sampler,
+    # vLLM turning async scheduling off for n-gram): added to every speculative step.
+    step_overhead_ms: float = 0.0
 
 
 @dataclass
@@ -670,6 +690,10 @@ class KResult:
     totals: Totals
     by_phase: dict[str, Totals]
     by_category: dict[str, Totals]
+    # The per-step overhead at which this k stops paying (predicted = baseline); <= 0: it
+    # does not pay even with none.
+    break_even_overhead_ms: float = math.nan
+    model: TpotModel | None = field(default=None, repr=False)
 
 
 @dataclass
@@ -791,13 +815,11 @@ def _fit_points(
         steps = sched.decode_sums(np.ones(sched.steps))
         ok = steps > 0
         n_eff = (
-            float(np.mean(sched.decode_sums(sched.n_tokens)[ok] / steps[ok]))
+            median(sched.decode_sums(sched.n_tokens)[ok] / steps[ok])
             if ok.any()
             else float(lv.concurrency)
         )
-        ctx_eff = (
-            float(np.mean(sched.decode_sums(sched.context)[ok] / steps[ok])) if ok.any() else 0.0
-        )
+        ctx_eff = median(sched.decode_sums(sched.context)[ok] / steps[ok]) if ok.any() else 0.0
         level_point = CostPoint(
             lv.name, lv.concurrency, n_eff, ctx_eff, lv.median_tpot_ms, lv.completed
         )
@@ -895,13 +917,9 @@ def forecast(
         steps0 = sched0.decode_sums(np.ones(sched0.steps))
         ok = steps0 > 0
         n_eff = (
-            float(np.mean(sched0.decode_sums(sched0.n_tokens)[ok] / steps0[ok]))
-            if ok.any()
-            else float(c)
+            median(sched0.decode_sums(sched0.n_tokens)[ok] / steps0[ok]) if ok.any() else float(c)
         )
-        ctx_eff = (
-            float(np.mean(sched0.decode_sums(sched0.context)[ok] / steps0[ok])) if ok.any() else 0.0
-        )
+        ctx_eff = median(sched0.decode_sums(sched0.context)[ok] / steps0[ok]) if ok.any() else 0.0
         measured = lv is not None and lv.median_tpot_ms is not None
         baseline_ms = lv.median_tpot_ms if measured and lv is not None else base_est
         assert baseline_ms is not None
@@ -911,8 +929,13 @@ def forecast(
             place = engine.schedule if kk == k else explore
             model = TpotModel.of(place(seqs, c, fill=fill), fit)
             est, low, high = model.interval(
-                fit, n_boot=opts.n_boot, confidence=opts.confidence, rng=rng
+                fit,
+                n_boot=opts.n_boot,
+                confidence=opts.confidence,
+                rng=rng,
+                overhead_ms=opts.step_overhead_ms,
             )
+            coef_v = fit.coef + np.array([opts.step_overhead_ms, 0.0, 0.0])
             results[kk] = KResult(
                 k=kk,
                 predicted_ms=est,
@@ -920,10 +943,12 @@ def forecast(
                 high_ms=high,
                 speedup=baseline_ms / est if est > 0 else math.nan,
                 verdict=verdict(baseline_ms, est, low, high, opts.min_difference),
-                output_throughput=model.throughput(fit.coef),
+                output_throughput=model.throughput(coef_v),
                 totals=_totals(seqs, kk),
                 by_phase=_phase_totals(seqs, kk),
                 by_category=_category_totals(seqs, kk),
+                break_even_overhead_ms=model.overhead_for(fit.coef, baseline_ms),
+                model=model,
             )
         levels.append(
             LevelForecast(
@@ -1073,7 +1098,8 @@ def _draft_break_even(
     """Per concurrency: the mean acceptance length at which a draft method breaks even.
 
     A step of the variant verifies c·(1+k) tokens and first runs k draft forward passes,
-    each ``R`` x a baseline step: TPOT = (T(c(1+k)) + k·R·T(c)) / L, so L* = that sum / T(c).
+    each ``R`` x a baseline step, plus the per-step overhead X:
+    TPOT = (T(c(1+k)) + k·R·T(c) + X) / L, so L* = that sum / T(c).
     """
     ratio = opts.draft_cost_ratio or 0.0
     out: list[dict[str, Any]] = []
@@ -1089,10 +1115,12 @@ def _draft_break_even(
         t1 = float(fit.step_ms(n_eff, ctx_eff))
         by_k: dict[str, Any] = {}
         for kk in ks:
-            tv = float(fit.step_ms(n_eff * (1 + kk), ctx_eff))
-            length = (tv + kk * ratio * t1) / t1
+            # every decoding sequence verifies k more tokens; the prefills in the step stay
+            tv = float(fit.step_ms(n_eff + kk * c, ctx_eff))
+            length = (tv + kk * ratio * t1 + opts.step_overhead_ms) / t1
             by_k[str(kk)] = {
                 "verify_step_ms": tv,
+                "step_overhead_ms": opts.step_overhead_ms,
                 "draft_ms": kk * ratio * t1,
                 "break_even_mean_acceptance_length": length,
                 "break_even_acceptance_rate": break_even_acceptance_rate(length, kk),

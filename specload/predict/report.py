@@ -50,6 +50,7 @@ def level_json(lf: LevelForecast, k: int) -> dict[str, Any]:
         "predicted_high_ms": r.high_ms,
         "speedup": _num(r.speedup),
         "verdict": r.verdict,
+        "break_even_step_overhead_ms": _num(r.break_even_overhead_ms),
         "predicted_output_throughput": _num(r.output_throughput),
         "baseline_output_throughput": lf.baseline_throughput,
         "replayed_baseline_output_throughput": _num(lf.replayed_baseline_throughput),
@@ -69,7 +70,7 @@ def fit_json(fit: StepCostFit) -> dict[str, Any]:
     return fit.to_dict()
 
 
-def forecast_json(fc: Forecast) -> dict[str, Any]:
+def forecast_json(fc: Forecast, measured: dict[str, Any] | None = None) -> dict[str, Any]:
     o = fc.options
     out: dict[str, Any] = {
         "format": FORMAT,
@@ -83,6 +84,7 @@ def forecast_json(fc: Forecast) -> dict[str, Any]:
         "n_boot": o.n_boot,
         "min_difference": o.min_difference,
         "curve": o.curve,
+        "step_overhead_ms": o.step_overhead_ms,
         "warnings": list(fc.warnings),
     }
     if o.method == "draft":
@@ -98,6 +100,8 @@ def forecast_json(fc: Forecast) -> dict[str, Any]:
         out["k_schedule"] = fc.k_schedule()
     out["fit"] = fit_json(fc.fit)
     out["plan"] = fc.plan.to_dict()
+    if measured is not None:
+        out["measured"] = measured
     return out
 
 
@@ -150,7 +154,55 @@ def plan_markdown(plan: Plan) -> list[str]:
     return lines
 
 
-def forecast_markdown(fc: Forecast) -> str:
+def measured_markdown(m: dict[str, Any]) -> list[str]:
+    lines = [
+        "## Predicted against measured",
+        "",
+        f"variant: `{m['variant']}`",
+        "",
+        "| concurrency | predicted ms | measured ms | error | in interval | predicted "
+        "speedup | measured speedup | acceptance predicted / measured | implied step "
+        "overhead ms |",
+        "|---:|---:|---:|---:|---|---:|---:|---|---:|",
+    ]
+    for row in m["levels"]:
+        lines.append(
+            f"| {row['concurrency']} | {_f(row['predicted_median_tpot_ms'])} | "
+            f"{_f(row['measured_median_tpot_ms'])} | {_signed_pct(row['error_ratio'])} | "
+            f"{'yes' if row['within_interval'] else 'no'} | "
+            f"{_f(row['predicted_speedup'], 3)}x | {_f(row['measured_speedup'], 3)}x | "
+            f"{_pct(row['predicted_acceptance_rate'])} / {_pct(row['measured_acceptance_rate'])} | "
+            f"{_f(row['implied_step_overhead_ms'])} |"
+        )
+    if m["totals"]:
+        lines += [
+            "",
+            "| counter | predicted | measured (server, summed over levels) | error |",
+            "|---|---:|---:|---:|",
+        ]
+        for name, v in m["totals"].items():
+            pred = f"{v['predicted']:.0f}"
+            if v.get("predicted_max") is not None and v["predicted_max"] != v["predicted"]:
+                pred += f" (≤ {v['predicted_max']:.0f})"
+            lines.append(
+                f"| {name} | {pred} | {v['measured']:.0f} | {_signed_pct(v['error_ratio'])} |"
+            )
+    if m.get("implied_step_overhead_ms") is not None:
+        lines += [
+            "",
+            f"Median implied step overhead {m['implied_step_overhead_ms']:.2f} ms: the variant's "
+            "own cost per step that the baseline cannot show (docs/predict.md); "
+            "`--step-overhead-ms` carries it to other k and concurrencies.",
+        ]
+    lines.append("")
+    return lines
+
+
+def _signed_pct(x: float | None) -> str:
+    return "-" if x is None or not math.isfinite(x) else f"{100 * x:+.1f}%"
+
+
+def forecast_markdown(fc: Forecast, measured: dict[str, Any] | None = None) -> str:
     o = fc.options
     lines: list[str] = []
     if o.method == "draft":
@@ -193,8 +245,9 @@ def forecast_markdown(fc: Forecast) -> str:
             f"## Per level (k={k})",
             "",
             "| concurrency | acceptance | mean acc. length | baseline TPOT ms | predicted ms "
-            f"({int(o.confidence * 100)}% interval) | speedup | verdict | tok/s |",
-            "|---:|---:|---:|---:|---|---:|---|---:|",
+            f"({int(o.confidence * 100)}% interval) | speedup | verdict | tok/s | "
+            "break-even step overhead ms |",
+            "|---:|---:|---:|---:|---|---:|---|---:|---:|",
         ]
         for lf in fc.levels:
             r = lf.results[k]
@@ -203,8 +256,16 @@ def forecast_markdown(fc: Forecast) -> str:
                 f"| {lf.concurrency} | {_pct(r.totals.acceptance_rate)} | "
                 f"{_f(r.totals.mean_acceptance_length)} | {base} | "
                 f"{_f(r.predicted_ms)} ({_f(r.low_ms)}-{_f(r.high_ms)}) | "
-                f"{_f(r.speedup, 3)}x | {r.verdict} | {_f(r.output_throughput, 1)} |"
+                f"{_f(r.speedup, 3)}x | {r.verdict} | {_f(r.output_throughput, 1)} | "
+                f"{_f(max(r.break_even_overhead_ms, 0.0))} |"
             )
+        lines += [
+            "",
+            f"Every speculative step is charged {o.step_overhead_ms:g} ms more than the baseline "
+            "curve (`--step-overhead-ms`). Break-even step overhead: the variant's own cost per "
+            "step (proposer, rejection sampler; vLLM 0.32 turns async scheduling off for n-gram) "
+            "at which it stops paying; 0: it does not pay even without one.",
+        ]
         lines += ["", "Per-position acceptance (accepted at position / drafts):", ""]
         for lf in fc.levels:
             pa = lf.results[k].totals.position_acceptance
@@ -250,6 +311,8 @@ def forecast_markdown(fc: Forecast) -> str:
             ]
         else:
             lines += ["**Do not speculate**: no k pays at any forecast concurrency.", ""]
+    if measured is not None:
+        lines += measured_markdown(measured)
     lines += fit_markdown(fc.fit)
     lines += plan_markdown(fc.plan)
     return "\n".join(lines)

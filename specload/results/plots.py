@@ -91,3 +91,45 @@ def write_plots(
         _save(fig, path)
         paths.append(path)
     return paths
+
+
+def write_prediction_plot(prediction: Mapping[str, Any], path: Path) -> Path:
+    """Median TPOT against concurrency: the baseline as measured, the forecast with its
+    interval, and the variant as measured where ``prediction["measured"]`` has it."""
+    levels = sorted(prediction.get("levels") or [], key=lambda lv: lv["concurrency"])
+    xs = [float(lv["concurrency"]) for lv in levels]
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.plot(xs, [lv["baseline_median_tpot_ms"] for lv in levels], marker="o", label="baseline")
+    k = prediction.get("num_speculative_tokens")
+    ax.plot(
+        xs,
+        [lv["predicted_median_tpot_ms"] for lv in levels],
+        marker="s",
+        linestyle="--",
+        label=f"predicted {prediction.get('method')} k={k}",
+    )
+    ax.fill_between(
+        xs,
+        [lv["predicted_low_ms"] for lv in levels],
+        [lv["predicted_high_ms"] for lv in levels],
+        alpha=0.2,
+        label=f"{int(100 * float(prediction.get('confidence') or 0.95))}% interval",
+    )
+    rows = (prediction.get("measured") or {}).get("levels") or []
+    if rows:
+        rows = sorted(rows, key=lambda r: r["concurrency"])
+        ax.plot(
+            [float(r["concurrency"]) for r in rows],
+            [r["measured_median_tpot_ms"] for r in rows],
+            marker="^",
+            label="measured variant",
+        )
+    if xs and all(x > 0 for x in xs):
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel("median TPOT (ms)")
+    ax.set_title("speculative variant: forecast from the baseline")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    _save(fig, path)
+    return path

@@ -90,6 +90,50 @@ def test_markdown_and_out(baseline, tmp_path, capsys):
     assert "## Step-cost curve" in text and "## Best k per concurrency" in text
     assert (out / "prediction.md").read_text().startswith("# Forecast")
     assert orjson.loads((out / "prediction.json").read_bytes())["format"] == "specload-predict/1"
+    assert (out / "prediction.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _json(capsys, *argv):
+    assert run(*argv, "--json") == 0
+    return orjson.loads(capsys.readouterr().out)
+
+
+def test_the_break_even_step_overhead_is_where_the_forecast_meets_the_baseline(baseline, capsys):
+    plain = _json(capsys, str(baseline), *NGRAM)
+    for lv in plain["levels"]:
+        x = lv["break_even_step_overhead_ms"]
+        assert x > 0  # cheap drafts (LinearCost): the variant pays without overhead
+        at = _json(capsys, str(baseline), *NGRAM, "--step-overhead-ms", f"{x:.9f}")
+        same = next(v for v in at["levels"] if v["concurrency"] == lv["concurrency"])
+        assert same["predicted_median_tpot_ms"] == pytest.approx(lv["baseline_median_tpot_ms"])
+        assert same["predicted_median_tpot_ms"] > lv["predicted_median_tpot_ms"]
+        assert at["step_overhead_ms"] == pytest.approx(x)
+
+
+def test_measured_beside_predicted(baseline, capsys):
+    # The baseline measured as if it were the variant: its medians are the baseline's, so
+    # the overhead that makes the forecast meet them is each level's break-even overhead.
+    data = _json(capsys, str(baseline), *NGRAM, "--measured", str(baseline))
+    rows = {r["concurrency"]: r for r in data["measured"]["levels"]}
+    assert sorted(rows) == LEVELS
+    for lv in data["levels"]:
+        row = rows[lv["concurrency"]]
+        assert row["measured_median_tpot_ms"] == lv["baseline_median_tpot_ms"]
+        assert row["predicted_median_tpot_ms"] == lv["predicted_median_tpot_ms"]
+        want = lv["predicted_median_tpot_ms"] / lv["baseline_median_tpot_ms"] - 1
+        assert row["error_ratio"] == pytest.approx(want)
+        assert row["measured_speedup"] == pytest.approx(1.0)
+        assert row["implied_step_overhead_ms"] == pytest.approx(
+            lv["break_even_step_overhead_ms"], rel=1e-6
+        )
+    assert data["measured"]["totals"] == {}  # the synthetic baseline has no server counters
+    assert run(str(baseline), *NGRAM, "--measured", str(baseline)) == 0
+    assert "## Predicted against measured" in capsys.readouterr().out
+
+
+def test_measured_must_be_a_results_directory(baseline, tmp_path):
+    with pytest.raises(UsageError, match=r"^--measured .*nope: no such results directory$"):
+        run(str(baseline), *NGRAM, "--measured", str(tmp_path / "nope"))
 
 
 def test_draft_method(baseline, capsys):
@@ -166,6 +210,8 @@ def test_plan_works_on_a_bad_baseline(baseline, capsys):
         (("--method", "draft", "--num-speculative-tokens", "3"), "--draft-cost-ratio"),
         (("--num-speculative-tokens", "3", "--concurrency", "1,,2"), "--concurrency"),
         (("--num-speculative-tokens", "3", "--confidence", "1.5"), "--confidence"),
+        (("--num-speculative-tokens", "3", "--step-overhead-ms", "-1"), "--step-overhead-ms -1"),
+        (("--num-speculative-tokens", "3", "--step-overhead-ms", "nan"), "--step-overhead-ms nan"),
     ],
 )
 def test_bad_options(baseline, argv, message):
