@@ -31,8 +31,6 @@ import os
 import resource
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -40,7 +38,9 @@ from gevent import monkey
 
 monkey.patch_all()
 
+import fixed_servers  # noqa: E402  (bench/, beside this script)
 import gevent  # noqa: E402
+from fixed_servers import Timing, free_port, server_command  # noqa: E402
 from locust import events  # noqa: E402
 from locust.argument_parser import parse_options  # noqa: E402
 from locust.env import Environment  # noqa: E402
@@ -61,94 +61,11 @@ def sys_s() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_stime
 
 
-def free_port() -> int:
-    import socket  # noqa: PLC0415
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def build_c_server() -> str:
-    exe = Path(tempfile.gettempdir()) / "specload-bench-fixed-server"
-    subprocess.run(["cc", "-O2", "-o", str(exe), str(HERE / "fixed_server.c")], check=True)
-    return str(exe)
-
-
 def start_server(args: argparse.Namespace, port: int) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable,
-        str(HERE / "fixed_server.py"),
-        "--port",
-        str(port),
-        "--ttft",
-        str(args.ttft),
-        "--itl",
-        str(args.itl),
-        "--tokens",
-        str(args.tokens),
-        "--tokens-per-chunk",
-        str(args.tokens_per_chunk),
-    ]
-    if args.server == "c":
-        cmd = [
-            build_c_server(),
-            str(port),
-            str(args.ttft),
-            str(args.itl),
-            str(args.tokens),
-            str(args.tokens_per_chunk),
-        ]
-    elif args.server == "uvloop":
-        cmd = [
-            sys.executable,
-            str(HERE / "fixed_server_uvloop.py"),
-            "--port",
-            str(port),
-            "--ttft",
-            str(args.ttft),
-            "--itl",
-            str(args.itl),
-            "--tokens",
-            str(args.tokens),
-            "--tokens-per-chunk",
-            str(args.tokens_per_chunk),
-        ]
-    elif args.server == "sim":
-        cmd = [
-            sys.executable,
-            "-m",
-            "specload",
-            "sim",
-            "--port",
-            str(port),
-            "--timing",
-            "fixed",
-            "--fixed-ttft",
-            str(args.ttft),
-            "--fixed-itl",
-            str(args.itl),
-            "--fixed-tokens-per-chunk",
-            str(args.tokens_per_chunk),
-            "--fixed-reasoning-tokens",
-            "0",
-            "--fixed-content-tokens",
-            str(args.tokens),
-        ]
-    if args.server_cpu is not None:
-        cmd = ["taskset", "-c", str(args.server_cpu), *cmd]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 30
-    import socket  # noqa: PLC0415
-
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("server did not start")
+    timing = Timing(args.ttft, args.itl, args.tokens, args.tokens_per_chunk)
+    return fixed_servers.start_server(
+        server_command(args.server, port, timing), port, cpu=args.server_cpu
+    )
 
 
 def run_level(args: argparse.Namespace, streams: int) -> dict[str, float]:

@@ -74,6 +74,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import fixed_servers  # bench/, beside this script
+from fixed_servers import Timing, build_c_server, free_port, server_command
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
@@ -479,13 +482,6 @@ def _pcts(values: list[float]) -> dict[str, float]:
 # --------------------------------------------------------------------------------------
 
 
-def build_c_server(tmp: Path) -> str:
-    # our own copy: another benchmark may be running the shared one (text file busy)
-    exe = tmp / "fixed-server-c"
-    subprocess.run(["cc", "-O2", "-o", str(exe), str(HERE / "fixed_server.c")], check=True)
-    return str(exe)
-
-
 def code_fingerprint() -> str:
     """A short hash of the client's code (specload/load, specload/sweep, the extension):
     other sessions may change it between runs."""
@@ -496,14 +492,6 @@ def code_fingerprint() -> str:
                 h.update(path.name.encode())
                 h.update(path.read_bytes())
     return h.hexdigest()[:10]
-
-
-def free_port() -> int:
-    import socket  # noqa: PLC0415
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def proc_cpu(pid: int) -> float:
@@ -533,48 +521,9 @@ def machine_busy(seconds: float) -> float:
 def start_server(
     kind: str, args: argparse.Namespace, port: int, stats_file: str, c_exe: str | None
 ) -> subprocess.Popen[bytes]:
-    if kind == "c":
-        assert c_exe
-        cmd = [
-            c_exe,
-            str(port),
-            str(args.ttft),
-            str(args.itl),
-            str(args.tokens),
-            str(args.tokens_per_chunk),
-        ]
-    else:
-        cmd = [
-            sys.executable,
-            str(HERE / "fixed_server_uvloop.py"),
-            "--port",
-            str(port),
-            "--ttft",
-            str(args.ttft),
-            "--itl",
-            str(args.itl),
-            "--tokens",
-            str(args.tokens),
-            "--tokens-per-chunk",
-            str(args.tokens_per_chunk),
-            "--reasoning-tokens",
-            str(args.reasoning_tokens),
-            "--stats-file",
-            stats_file,
-        ]
-    cmd = ["taskset", "-c", str(args.server_cpu), *cmd]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import socket  # noqa: PLC0415
-
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit(f"{kind} server did not start")
+    timing = Timing(args.ttft, args.itl, args.tokens, args.tokens_per_chunk, args.reasoning_tokens)
+    cmd = server_command(kind, port, timing, c_exe=c_exe, stats_file=stats_file)
+    return fixed_servers.start_server(cmd, port, cpu=args.server_cpu)
 
 
 def match_requests(
@@ -837,7 +786,8 @@ def parent(args: argparse.Namespace) -> None:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="specload-bench-servers-") as tmpname:
         tmp = Path(tmpname)
-        c_exe = build_c_server(tmp) if "c" in kinds else None
+        # our own copy: another benchmark may be running the shared one (text file busy)
+        c_exe = build_c_server(tmp / "fixed-server-c") if "c" in kinds else None
         index = 0
         for _ in range(args.repeat):
             for kind in kinds:  # interleaved: both servers see the same minutes

@@ -359,30 +359,11 @@ CLIENTS = {
 
 
 def part_client(args: argparse.Namespace) -> list[dict]:
-    import socket  # noqa: PLC0415
-    import tempfile  # noqa: PLC0415
+    from fixed_servers import Timing, free_port, server_command, start_server  # noqa: PLC0415
 
-    exe = Path(tempfile.gettempdir()) / "specload-bench-fixed-server"
-    subprocess.run(["cc", "-O2", "-o", str(exe), str(HERE / "fixed_server.c")], check=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen(
-        [
-            "taskset",
-            "-c",
-            str(args.server_cpu),
-            str(exe),
-            str(port),
-            str(args.ttft),
-            str(args.itl),
-            str(args.tokens),
-            "1",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    time.sleep(0.5)
+    port = free_port()
+    timing = Timing(args.ttft, args.itl, args.tokens)
+    server = start_server(server_command("c", port, timing), port, cpu=args.server_cpu)
     kinds = args.clients.split(",")
     res: dict[str, list[dict]] = {k: [] for k in kinds}
     try:

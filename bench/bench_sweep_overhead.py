@@ -15,20 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from fixed_servers import Timing, free_port, server_command, start_server
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def main() -> None:
@@ -41,24 +36,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     args = ap.parse_args()
     port = free_port()
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "fixed_server.py"),
-            "--port",
-            str(port),
-            "--ttft",
-            "0.05",
-            "--itl",
-            "0.005",
-            "--tokens",
-            str(args.tokens),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = start_server(server_command("py", port, Timing(0.05, 0.005, args.tokens)), port)
     try:
-        time.sleep(1.0)
         rows = []
         for i in range(args.repeat):
             with tempfile.TemporaryDirectory() as tmp:

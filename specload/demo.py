@@ -33,16 +33,17 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import httpx
 
+from specload import vllm_metrics as vm
 from specload.durations import parse_duration
 from specload.errors import UsageError
 from specload.promapi import PrometheusAPI
+from specload.results.aggregate import finite_number, level_window
 from specload.results.writer import atomic_write_bytes, dump_json, prepare_out_dir
 
 #: The stack's one server: it starts as ``baseline`` and is reloaded into ``ngram``.
@@ -315,46 +316,26 @@ def _predict(ctx: DemoContext, measured: Path | None = None) -> dict[str, Any] |
     return data
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
 def _ms(value: Any) -> str:
-    v = _num(value)
+    v = finite_number(value)
     return "-" if v is None else f"{v:.2f} ms"
 
 
 def _signed_pct(value: Any) -> str:
-    v = _num(value)
+    v = finite_number(value)
     return "-" if v is None else f"{100 * v:+.1f}%"
 
 
 def _change(level: dict[str, Any]) -> str:
     """``14% slower`` / ``8% faster`` from the predicted and the baseline median."""
     base, pred = (
-        _num(level.get("baseline_median_tpot_ms")),
-        _num(level.get("predicted_median_tpot_ms")),
+        finite_number(level.get("baseline_median_tpot_ms")),
+        finite_number(level.get("predicted_median_tpot_ms")),
     )
     if base is None or pred is None or base <= 0:
         return "-"
     diff = pred / base - 1
     return f"{abs(diff):.0%} {'slower' if diff > 0 else 'faster'}"
-
-
-def _extrapolated(data: dict[str, Any], concurrency: Any, k: int) -> int | None:
-    """Tokens per step the variant needs at ``concurrency`` when the baseline did not
-    measure steps that large (the curve is extrapolated there); None when it did."""
-    for need in (data.get("plan") or {}).get("needs") or []:
-        if (
-            isinstance(need, dict)
-            and need.get("concurrency") == concurrency
-            and need.get("k") == k
-            and need.get("status") == "extrapolated"
-        ):
-            return int(need.get("tokens") or 0)
-    return None
 
 
 def predict_variant(ctx: DemoContext) -> None:
@@ -373,10 +354,16 @@ def predict_variant(ctx: DemoContext) -> None:
         ctx.record("prediction", {"ok": False, "error": data, "took_s": round(took_s, 1)})
         return
     levels = [lv for lv in data["levels"] if isinstance(lv, dict)]
-    conf = _num(data.get("confidence")) or 0.95
+    conf = finite_number(data.get("confidence")) or 0.95
     for lv in levels:
-        speedup, acceptance = _num(lv.get("speedup")), _num(lv.get("acceptance_rate"))
-        low, high = _num(lv.get("predicted_low_ms")), _num(lv.get("predicted_high_ms"))
+        speedup, acceptance = (
+            finite_number(lv.get("speedup")),
+            finite_number(lv.get("acceptance_rate")),
+        )
+        low, high = (
+            finite_number(lv.get("predicted_low_ms")),
+            finite_number(lv.get("predicted_high_ms")),
+        )
         interval = (
             "" if low is None or high is None else f"{conf:.0%} interval {low:.2f}..{high:.2f}, "
         )
@@ -387,11 +374,11 @@ def predict_variant(ctx: DemoContext) -> None:
             f"{'-' if speedup is None else f'{speedup:.3f}x'}, acceptance "
             f"{'-' if acceptance is None else f'{acceptance:.3f}'}): {lv.get('verdict', '-')}"
         )
-        need = _extrapolated(data, lv.get("concurrency"), k)
-        if need is not None:
+        if lv.get("extrapolated"):
             ctx.say(
-                f"     extrapolated: a step there holds up to {need} tokens, more than any "
-                "baseline level measured (`specload predict --plan` names the levels to add)"
+                f"     extrapolated: a step there holds up to {lv.get('step_tokens_max')} tokens, "
+                "more than any baseline level measured (`specload predict --plan` names the "
+                "levels to add)"
             )
     for warning in data.get("warnings") or []:
         ctx.say(f"   specload predict: warning: {' '.join(str(warning).split())}")
@@ -445,7 +432,7 @@ def predict_variant(ctx: DemoContext) -> None:
                         "acceptance_rate",
                     )
                 }
-                | {"extrapolated": _extrapolated(data, lv.get("concurrency"), k) is not None}
+                | {"extrapolated": bool(lv.get("extrapolated"))}
                 for lv in levels
             ],
             "worth_reload": bool(faster),
@@ -642,8 +629,8 @@ def predicted_against_measured(ctx: DemoContext, measured: Path) -> None:
     counters = []
     for name in ("drafts", "draft_tokens", "accepted_tokens"):
         v = totals.get(name)
-        if isinstance(v, dict) and _num(v.get("predicted")) is not None:
-            measured_v = _num(v.get("measured"))
+        if isinstance(v, dict) and finite_number(v.get("predicted")) is not None:
+            measured_v = finite_number(v.get("measured"))
             counters.append(
                 f"{name.replace('_', ' ')} {v['predicted']:.0f} predicted, "
                 f"{'-' if measured_v is None else f'{measured_v:.0f}'} measured "
@@ -671,23 +658,18 @@ def predicted_against_measured(ctx: DemoContext, measured: Path) -> None:
 # --- 6. alerts ----------------------------------------------------------------------------------
 
 
-def _iso_ts(text: str) -> float:
-    return datetime.fromisoformat(text).timestamp()
-
-
 def _ratios_per_level(ctx: DemoContext) -> list[dict[str, Any]]:
     """Server mean TPOT over each ngram level's window / baseline median at that level."""
     from specload.results import read_summary  # noqa: PLC0415
 
     rows: list[dict[str, Any]] = []
     for level in read_summary(ctx.results[RELOAD_AS]).get("levels", []):
-        start, end = level.get("window_started_at"), level.get("window_ended_at")
+        start_ts, end_ts = level_window(level)
         conc = level.get("concurrency")
-        if not start or not end or conc is None:
+        if start_ts is None or end_ts is None or conc is None:
             continue
-        end_ts = _iso_ts(end)
-        window_ms = max(1000, round((end_ts - _iso_ts(start)) * 1000))
-        name = "vllm:request_time_per_output_token_seconds"
+        window_ms = max(1000, round((end_ts - start_ts) * 1000))
+        name = vm.REQUEST_TPOT
         sel = f'{{variant="{SERVER}"}}'
         window = f"[{window_ms}ms]"
         expr = (

@@ -37,7 +37,7 @@ from specload.compare.stats import (
 from specload.durations import parse_duration
 from specload.errors import UsageError
 from specload.load.records import RequestRecord
-from specload.results.aggregate import level_window
+from specload.results.aggregate import finite_number, level_window
 from specload.results.repair import record_of
 from specload.results.writer import read_requests, read_summary
 
@@ -168,12 +168,6 @@ def _label(level: Mapping[str, Any]) -> tuple[str, float]:
         return f"concurrency {level['concurrency']}", float(level["concurrency"])
     rate = float(level.get("request_rate") or 0.0)
     return f"rate {rate:g}/s", rate
-
-
-def _number(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
 
 
 # -- checks ---------------------------------------------------------------------------------
@@ -665,7 +659,7 @@ def _consistency(
             key = measure.summary_key or measure.key
             if cell is None:
                 continue
-            mine, theirs = cell.values[i], _number(infos[i].get(key))
+            mine, theirs = cell.values[i], finite_number(infos[i].get(key))
             if mine is None or theirs is None:
                 continue
             tolerance = 1e-9 if measure.summary_key else _THROUGHPUT_TOLERANCE

@@ -197,15 +197,18 @@ class _MeterLogic(_StateBase):
         return usage
 
     # -- the hot path -----------------------------------------------------
-    def feed(self, payload: bytes, now: float) -> None:
+    def feed(self, payload: bytes, now: float, obj: Any = None) -> None:
+        """One SSE ``data`` payload; ``obj``: the payload already parsed (a subclass that
+        reads more of the chunk parses it once)."""
         self.last_event_t = now
         if payload == b"[DONE]":
             self.done = True
             return
-        try:
-            obj = _loads(payload)
-        except orjson.JSONDecodeError:
-            raise MalformedChunk(payload[:80].decode("utf-8", "replace")) from None
+        if obj is None:
+            try:
+                obj = _loads(payload)
+            except orjson.JSONDecodeError:
+                raise MalformedChunk(payload[:80].decode("utf-8", "replace")) from None
         if type(obj) is not dict:
             raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
         usage = obj.get("usage")
@@ -575,11 +578,16 @@ class TokenIdMeter(PyStreamMeter):
         self.output_ids = None
         self.content_start = None
 
-    def feed(self, payload: bytes, now: float) -> None:
-        super().feed(payload, now)  # checks the chunk; a malformed one raises here
+    def feed(self, payload: bytes, now: float, obj: Any = None) -> None:
         if payload == b"[DONE]":
+            super().feed(payload, now)
             return
-        obj = _loads(payload)
+        if obj is None:
+            try:
+                obj = _loads(payload)
+            except orjson.JSONDecodeError:
+                obj = None  # the base raises MalformedChunk for it
+        super().feed(payload, now, obj)  # checks the chunk; a malformed one raises here
         prompt = obj.get("prompt_token_ids")
         if prompt is not None and self.prompt_ids is None:
             self.prompt_ids = _id_list(prompt, payload)

@@ -46,6 +46,7 @@ from specload.predict.stepcost import (
     plan_levels,
 )
 from specload.predict.tokens import TOKENS_FILE, TokenRecord, read_tokens, tokens_path
+from specload.results.aggregate import finite_number
 from specload.results.writer import read_summary
 
 DEFAULT_MIN_DIFFERENCE = 0.05
@@ -93,13 +94,6 @@ class Baseline:
         return [r for r in self.tokens or [] if r.step in names]
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    v = float(value)
-    return v if math.isfinite(v) else None
-
-
 def load_baseline(
     path: str | Path, *, need_tokens: bool, hint: Callable[[Sequence[int]], str]
 ) -> Baseline:
@@ -124,14 +118,14 @@ def load_baseline(
             if isinstance(stats, dict):
                 cats[str(cat)] = (
                     int(stats.get("completed") or 0),
-                    _number(stats.get("median_tpot_ms")),
+                    finite_number(stats.get("median_tpot_ms")),
                 )
         info = LevelInfo(
             name=name or f"c{conc}",
             concurrency=conc,
             completed=int(raw.get("completed") or 0),
-            median_tpot_ms=_number(raw.get("median_tpot_ms")),
-            output_throughput=_number(raw.get("output_throughput")),
+            median_tpot_ms=finite_number(raw.get("median_tpot_ms")),
+            output_throughput=finite_number(raw.get("output_throughput")),
             planned_requests=raw.get("planned_requests")
             if type(raw.get("planned_requests")) is int
             else None,

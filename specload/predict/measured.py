@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from specload.errors import UsageError
-from specload.predict.forecast import Forecast
+from specload.predict.forecast import Forecast, median
+from specload.results.aggregate import finite_number
 from specload.results.writer import read_summary
 
 COUNTERS = (
@@ -26,19 +29,10 @@ COUNTERS = (
 )
 
 
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    v = float(value)
-    return v if math.isfinite(v) else None
-
-
 @dataclass(frozen=True)
 class MeasuredLevel:
-    name: str
     concurrency: int
     median_tpot_ms: float | None
-    output_throughput: float | None
     acceptance_rate: float | None  # the server's, over the level's window
 
 
@@ -65,18 +59,17 @@ def load_measured(path: str | Path) -> Measured:
         conc = raw.get("concurrency")
         if type(conc) is not int or conc < 1:
             continue
-        server = raw.get("server") if isinstance(raw.get("server"), dict) else {}
-        assert isinstance(server, dict)
+        server = raw.get("server")
+        if not isinstance(server, dict):
+            server = {}
         for ours, theirs in COUNTERS:
-            v = _num(server.get(theirs))
+            v = finite_number(server.get(theirs))
             if v is not None:
                 counters[ours] = counters.get(ours, 0.0) + v
         levels[conc] = MeasuredLevel(
-            name=str(raw.get("name") or f"c{conc}"),
             concurrency=conc,
-            median_tpot_ms=_num(raw.get("median_tpot_ms")),
-            output_throughput=_num(raw.get("output_throughput")),
-            acceptance_rate=_num(server.get("spec_decode_acceptance_rate")),
+            median_tpot_ms=finite_number(raw.get("median_tpot_ms")),
+            acceptance_rate=finite_number(server.get("spec_decode_acceptance_rate")),
         )
     if not levels:
         raise UsageError(f"--measured {path}: summary.json has no closed-loop levels")
@@ -129,14 +122,14 @@ def comparison(fc: Forecast, measured: Measured) -> dict[str, Any]:
                 "error_ratio": pred / m - 1.0 if m else None,
             }
         totals["accepted_tokens"]["predicted_max"] = fc.totals.accepted_tokens_max
-    overheads = sorted(
+    overheads = [
         float(row["implied_step_overhead_ms"])
         for row in rows
         if math.isfinite(row["implied_step_overhead_ms"])
-    )
+    ]
     return {
         "variant": str(measured.path),
         "levels": rows,
         "totals": totals,
-        "implied_step_overhead_ms": overheads[(len(overheads) - 1) // 2] if overheads else None,
+        "implied_step_overhead_ms": median(np.asarray(overheads)) if overheads else None,
     }

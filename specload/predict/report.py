@@ -10,6 +10,7 @@ import orjson
 from specload.predict.forecast import Forecast, KResult, LevelForecast
 from specload.predict.ngram import Totals
 from specload.predict.stepcost import Plan, StepCostFit
+from specload.results.aggregate import finite_number
 
 FORMAT = "specload-predict/1"
 
@@ -24,17 +25,14 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-def _num(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(x) else float(x)
-
-
 def _totals_dict(t: Totals) -> dict[str, Any]:
     return t.to_dict()
 
 
-def level_json(lf: LevelForecast, k: int) -> dict[str, Any]:
+def level_json(lf: LevelForecast, k: int, plan: Plan) -> dict[str, Any]:
     r: KResult = lf.results[k]
     t = r.totals
+    need = plan.need(lf.concurrency, k)
     return {
         "concurrency": lf.concurrency,
         "level": lf.level,
@@ -48,12 +46,16 @@ def level_json(lf: LevelForecast, k: int) -> dict[str, Any]:
         "predicted_median_tpot_ms": r.predicted_ms,
         "predicted_low_ms": r.low_ms,
         "predicted_high_ms": r.high_ms,
-        "speedup": _num(r.speedup),
+        "speedup": finite_number(r.speedup),
         "verdict": r.verdict,
-        "break_even_step_overhead_ms": _num(r.break_even_overhead_ms),
-        "predicted_output_throughput": _num(r.output_throughput),
+        "break_even_step_overhead_ms": finite_number(r.break_even_overhead_ms),
+        # the most tokens a step of this level verifies, and whether a baseline level
+        # measured steps that large (else the curve is extrapolated there: see --plan)
+        "step_tokens_max": need.tokens if need is not None else None,
+        "extrapolated": need is not None and need.status == "extrapolated",
+        "predicted_output_throughput": finite_number(r.output_throughput),
         "baseline_output_throughput": lf.baseline_throughput,
-        "replayed_baseline_output_throughput": _num(lf.replayed_baseline_throughput),
+        "replayed_baseline_output_throughput": finite_number(lf.replayed_baseline_throughput),
         "mean_tokens_per_step_baseline": lf.n_tokens,
         "mean_context": lf.context,
         "closed_loop": "duration (batch kept full)" if lf.fill else "requests (batch thins out)",
@@ -91,7 +93,7 @@ def forecast_json(fc: Forecast, measured: dict[str, Any] | None = None) -> dict[
         out["draft_cost_ratio"] = o.draft_cost_ratio
         out["levels"] = fc.draft or []
     else:
-        out["levels"] = [level_json(lf, o.num_speculative_tokens) for lf in fc.levels]
+        out["levels"] = [level_json(lf, o.num_speculative_tokens, fc.plan) for lf in fc.levels]
         out["totals"] = {
             **_totals_dict(fc.totals),
             "by_phase": {n: _totals_dict(v) for n, v in fc.totals_by_phase.items()},
@@ -252,10 +254,16 @@ def forecast_markdown(fc: Forecast, measured: dict[str, Any] | None = None) -> s
         for lf in fc.levels:
             r = lf.results[k]
             base = _f(lf.baseline_ms) + ("" if lf.baseline_measured else " (replayed)")
+            need = fc.plan.need(lf.concurrency, k)
+            beyond = (
+                f" extrapolated (steps of up to {need.tokens} tokens)"
+                if need is not None and need.status == "extrapolated"
+                else ""
+            )
             lines.append(
                 f"| {lf.concurrency} | {_pct(r.totals.acceptance_rate)} | "
                 f"{_f(r.totals.mean_acceptance_length)} | {base} | "
-                f"{_f(r.predicted_ms)} ({_f(r.low_ms)}-{_f(r.high_ms)}) | "
+                f"{_f(r.predicted_ms)} ({_f(r.low_ms)}-{_f(r.high_ms)}){beyond} | "
                 f"{_f(r.speedup, 3)}x | {r.verdict} | {_f(r.output_throughput, 1)} | "
                 f"{_f(max(r.break_even_overhead_ms, 0.0))} |"
             )

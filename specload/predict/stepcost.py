@@ -9,9 +9,11 @@ saw. Fitted over the levels (docs/predict.md)::
 n = tokens the step verifies (Σ 1 + drafted over its sequences), ctx = the mean context
 length of its sequences (tokens). ``a`` is the fixed part (weights read, all-reduce
 latency, launch), ``b`` the per-token part (expert weights woken, all-reduce bytes,
-compute), ``c`` the context part (attention). Ordinary least squares with numpy; the
-context term is kept only when the points can tell it apart from the token term (at least
-four points, contexts spread by 5% or more, a slope that is not negative).
+compute), ``c`` the context part (attention). Least squares with numpy, every term
+non-negative (a term that comes out negative is dropped and the rest refitted); the context
+term is tried only when the points can tell it apart from the token term (at least four
+points, contexts spread by 5% or more). A level much cheaper than one with fewer tokens per
+step is named in the notes (its tokens arrived in bursts).
 
 ``interp`` (the default curve) adds the fit's residual at the measured levels, linearly
 interpolated in n and held beyond the ends, so the curve passes through every measured
@@ -31,6 +33,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 CURVES = ("interp", "linear")
+# A level this much cheaper than one with fewer tokens per step is not a step cost.
+FALL_RATIO = 0.25
 TERMS = ("fixed_ms", "per_token_ms", "per_context_token_ms")
 
 
@@ -140,35 +144,43 @@ def fit_step_cost(points: Sequence[CostPoint], *, curve: str = "interp") -> Step
     y = np.array([p.tpot_ms for p in fit_pts])
     w = np.sqrt(np.array([p.weight for p in fit_pts]))
     notes: list[str] = []
-    coef: np.ndarray | None = None
-    cov: np.ndarray | None = None
-    sd: float | None = None
-    uses_context = False
     spread = (float(ctx.max() - ctx.min()) / float(ctx.mean())) if ctx.mean() > 0 else 0.0
+    terms = [0, 1]
     if len(fit_pts) >= 4 and spread >= 0.05:
-        coef, cov, sd = _wls(np.column_stack([np.ones_like(n), n, ctx]), y, w)
-        if coef is not None and coef[2] >= 0:
-            uses_context = True
-        else:
-            notes.append("context term dropped: its slope came out negative")
-            coef = None
+        terms.append(2)
     elif len(fit_pts) < 4:
         notes.append(f"context term dropped: {len(fit_pts)} points (4 needed)")
     else:
         notes.append(f"context term dropped: contexts spread by {spread:.1%} only (5% needed)")
-    if coef is None:
-        c2, cov2, sd = _wls(np.column_stack([np.ones_like(n), n]), y, w)
-        assert c2 is not None
-        coef = np.array([c2[0], c2[1], 0.0])
-        if cov2 is not None:
-            cov = np.zeros((3, 3))
-            cov[:2, :2] = cov2
-        else:
-            cov = None
+    columns = np.column_stack([np.ones_like(n), n, ctx])
+    # Every term is a cost: none may be negative. A fit that makes one negative (noise, or
+    # a level that measured something else) is refitted without it (an active set of at most
+    # three terms).
+    while True:
+        sub, sub_cov, sd = _wls(columns[:, terms], y, w)
+        if sub is None:  # the context cannot be told from the tokens
+            assert 2 in terms
+            terms.remove(2)
+            notes.append("context term dropped: it cannot be told from the token term")
+            continue
+        worst = int(np.argmin(sub))
+        if sub[worst] >= 0 or len(terms) == 1:
+            break
+        dropped = terms.pop(worst)
+        notes.append(
+            f"{('fixed part', 'per-token part', 'context term')[dropped]} dropped: it came out "
+            f"negative ({sub[worst]:.4g} {('ms', 'ms per token', 'ms per context token')[dropped]})"
+        )
+    coef = np.zeros(3)
+    coef[terms] = np.maximum(sub, 0.0)
+    cov: np.ndarray | None = None
+    if sub_cov is not None:
+        cov = np.zeros((3, 3))
+        cov[np.ix_(terms, terms)] = sub_cov
+    uses_context = 2 in terms
     if cov is None:
         notes.append("no degrees of freedom left: the fit's error is unknown (add a level)")
-    if coef[1] < 0:
-        notes.append("the per-token slope is negative: steps get cheaper with more tokens?")
+    notes.extend(_falling_levels(levels))
     all_n = np.array([p.n_tokens for p in pts])
     all_ctx = np.array([p.context for p in pts])
     all_y = np.array([p.tpot_ms for p in pts])
@@ -198,6 +210,26 @@ def fit_step_cost(points: Sequence[CostPoint], *, curve: str = "interp") -> Step
         knots_r=np.array([sum(r) / len(r) for r in kr]),
         notes=tuple(notes),
     )
+
+
+def _falling_levels(levels: Sequence[CostPoint]) -> list[str]:
+    """A step of more tokens never costs much less: a level whose median TPOT falls by more
+    than :data:`FALL_RATIO` below one with fewer tokens per step measured something else."""
+    out: list[str] = []
+    ordered = sorted(levels, key=lambda p: p.n_tokens)
+    for i, p in enumerate(ordered):
+        before = [q for q in ordered[:i] if q.n_tokens < p.n_tokens]
+        if not before:
+            continue
+        top = max(before, key=lambda q: q.tpot_ms)
+        if p.tpot_ms < (1.0 - FALL_RATIO) * top.tpot_ms:
+            out.append(
+                f"level {p.label}'s median TPOT ({p.tpot_ms:.3g} ms) is below {top.label}'s "
+                f"({top.tpot_ms:.3g} ms) though its steps hold more tokens: its tokens arrived in "
+                "bursts (a client or a server's front end that fell behind?); rerun it or "
+                "leave it out"
+            )
+    return out
 
 
 def _wls(
@@ -239,6 +271,13 @@ class Plan:
     @property
     def levels(self) -> tuple[int, ...]:
         return tuple(sorted(set(self.measured) | set(self.extra_levels)))
+
+    def need(self, concurrency: int, k: int) -> Need | None:
+        """How the measured levels cover this (concurrency, k)'s steps (None: not planned)."""
+        for n in self.needs:
+            if n.concurrency == concurrency and n.k == k:
+                return n
+        return None
 
     def command(self) -> str:
         levels = ",".join(str(c) for c in self.levels)

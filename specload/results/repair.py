@@ -68,15 +68,6 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds")
 
 
-def _ts(text: Any) -> float | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(str(text)).timestamp()
-    except ValueError:
-        return None
-
-
 def _level_load(name: str, options: Mapping[str, Any]) -> dict[str, Any] | None:
     """``c16`` → concurrency 16; ``r2.5`` → request rate 2.5 (None: not a level's step)."""
     match = _LEVEL_STEP.match(name)
@@ -137,7 +128,11 @@ def rebuild_summary(
     stale: Mapping[str, Any], raws: Sequence[Mapping[str, Any]], *, now: float | None = None
 ) -> dict[str, Any]:
     """The repaired summary: the stale one's metadata, every level rebuilt from ``raws``."""
-    from specload.results.aggregate import level_window, summarize_level  # noqa: PLC0415
+    from specload.results.aggregate import (  # noqa: PLC0415
+        iso_seconds,
+        level_window,
+        summarize_level,
+    )
 
     records = [record_of(raw) for raw in raws]
     options = stale.get("options") or {}
@@ -259,8 +254,8 @@ def rebuild_summary(
         levels.append(level)
 
     out = dict(stale)
-    started = _ts(stale.get("started_at"))
-    ended = _ts(stale.get("ended_at")) or last_activity
+    started = iso_seconds(stale.get("started_at"))
+    ended = iso_seconds(stale.get("ended_at")) or last_activity
     out.update(
         {
             "status": "repaired",

@@ -2,17 +2,13 @@
 not flooded (one connection per user, the backoff schedule, Retry-After honoured), and
 an HTML page in place of a stream is ``content_type``.
 
-The servers run in this process (threads) and stamp, per connection, when each request
-arrived and when its answer was sent; Locust runs as a real process (the reactor path).
+The servers (``tests.fixtures.canned``, one answer for every request) run in this process
+and stamp, per connection, when each request arrived and when its answer was sent; Locust
+runs as a real process (the reactor path).
 """
 
 from __future__ import annotations
 
-import re
-import socket
-import threading
-import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,72 +22,6 @@ SECONDS = 3.0
 # Server-side stamps: the client sleeps after it read the answer, so the gap from the
 # answer's send to the next request is at least the wait (less a timer's jitter).
 TIMER_SLACK_S = 0.01
-
-
-class Hostile:
-    """Answers every request with ``reply`` (keep-alive); per connection, the list of
-    ``(request arrived, answer sent)`` in ``time.monotonic()``."""
-
-    def __init__(self, reply: bytes) -> None:
-        self.reply = reply
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.lock = threading.Lock()
-        self.connections: list[list[tuple[float, float]]] = []
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.listener.accept()
-            except OSError:
-                return
-            stamps: list[tuple[float, float]] = []
-            with self.lock:
-                self.connections.append(stamps)
-            threading.Thread(target=self._talk, args=(conn, stamps), daemon=True).start()
-
-    def _talk(self, conn: socket.socket, stamps: list[tuple[float, float]]) -> None:
-        buf = b""
-        with conn:
-            try:
-                while True:
-                    while b"\r\n\r\n" not in buf:
-                        data = conn.recv(65536)
-                        if not data:
-                            return
-                        buf += data
-                    arrived = time.monotonic()
-                    head, _, rest = buf.partition(b"\r\n\r\n")
-                    found = re.search(rb"(?i)content-length: (\d+)", head)
-                    length = int(found.group(1)) if found else 0
-                    while len(rest) < length:
-                        rest += conn.recv(65536)
-                    buf = rest[length:]
-                    conn.sendall(self.reply)
-                    stamps.append((arrived, time.monotonic()))
-            except OSError:
-                return
-
-    def close(self) -> None:
-        self.listener.close()
-
-
-@pytest.fixture
-def hostile() -> Iterator[Any]:
-    servers: list[Hostile] = []
-
-    def start(reply: bytes) -> Hostile:
-        servers.append(Hostile(reply))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        server.close()
 
 
 def too_many(retry_after: bytes | None) -> bytes:
@@ -121,9 +51,9 @@ def test_max_requests_follows_the_schedule() -> None:
 
 @pytest.mark.parametrize("retry_after", [None, b"1"], ids=["no-retry-after", "retry-after-1"])
 def test_a_target_answering_only_429_is_not_flooded(
-    hostile: Any, run_locust: Any, retry_after: bytes | None
+    canned: Any, run_locust: Any, retry_after: bytes | None
 ) -> None:
-    server = hostile(too_many(retry_after))
+    server = canned([too_many(retry_after)], repeat_last=True)
     run = run_locust(server.url, users=USERS, seconds=SECONDS, args=["--model", "m"])
     assert run.returncode in (0, 1), run.stderr[-2000:]
     assert "Traceback" not in run.stderr
@@ -131,7 +61,7 @@ def test_a_target_answering_only_429_is_not_flooded(
     assert every and {r["error_kind"] for r in run.records} == {"http_429"}
     assert all(r["http_status"] == 429 and "rate limited" in r["error_detail"] for r in run.records)
     with server.lock:
-        connections = [list(c) for c in server.connections if c]
+        connections = [list(c) for c in server.stamps if c]
     # One connection per user: error answers are read whole and the connection kept.
     assert len(connections) <= USERS, [len(c) for c in connections]
     assert sum(map(len, connections)) == len(every)
@@ -146,11 +76,14 @@ def test_a_target_answering_only_429_is_not_flooded(
     assert len(every) <= USERS * most
 
 
-def test_an_html_page_instead_of_a_stream_is_content_type(hostile: Any, run_locust: Any) -> None:
+def test_an_html_page_instead_of_a_stream_is_content_type(canned: Any, run_locust: Any) -> None:
     page = b"<html><body>Please sign in</body></html>"
-    server = hostile(
-        b"HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\n"
-        b"content-length: %d\r\n\r\n%s" % (len(page), page)
+    server = canned(
+        [
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(page), page)
+        ],
+        repeat_last=True,
     )
     run = run_locust(server.url, users=2, seconds=2, args=["--model", "m"])
     assert run.returncode in (0, 1), run.stderr[-2000:]
@@ -160,5 +93,5 @@ def test_an_html_page_instead_of_a_stream_is_content_type(hostile: Any, run_locu
         assert r["error_detail"].startswith("text/html; charset=utf-8 (expected text/event-stream)")
         assert "Please sign in" in r["error_detail"]
     with server.lock:
-        assert len([c for c in server.connections if c]) <= 2
+        assert len([c for c in server.stamps if c]) <= 2
     assert len(run.records) <= 2 * max_requests(2.1, None)

@@ -13,20 +13,24 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from simulator.variants import PRESETS
 from tests.fixtures.sim import SimHandle, start_sim
-from tests.fixtures.sweep import ROOT, specload_cmd
+from tests.fixtures.sweep import run_specload
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 TIME_SCALE = "10"
-LOOKUP = ["--prompt-lookup-min", "2", "--prompt-lookup-max", "4"]
+# the simulated n-gram variant's own lookup window
+LOOKUP = [
+    *("--prompt-lookup-min", str(PRESETS["ngram"].prompt_lookup_min)),
+    *("--prompt-lookup-max", str(PRESETS["ngram"].prompt_lookup_max)),
+]
 # c1, 4 and 16 are forecast; 32..96 measure the step sizes the variant puts in a step at c16
 # (16·(1+k) at most: 96 at k = 5), as `specload predict --plan` asks.
 BASELINE_LEVELS = "1,4,16,32,64,96"
@@ -47,12 +51,6 @@ COMMON = [
 ]
 
 
-def _specload(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        specload_cmd(*args), capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False
-    )
-
-
 @contextlib.contextmanager
 def _sim(args: list[str], tmp: Path) -> Iterator[SimHandle]:
     handle = start_sim(["--load-time", "0", "--time-scale", TIME_SCALE, *args], tmp)
@@ -65,18 +63,19 @@ def _sim(args: list[str], tmp: Path) -> Iterator[SimHandle]:
 def _sweep(sim_args: list[str], levels: str, temperature: str, out: Path) -> Path:
     with _sim(sim_args, out.parent / f"{out.name}-sim") as sim:
         variant = "ngram" if "ngram" in sim_args else "baseline"
-        result = _specload(
+        result = run_specload(
             [
                 *("run", "--host", sim.url, "--variant", variant, "--out", str(out)),
                 *("--concurrency", levels, "--temperature", temperature, *COMMON),
-            ]
+            ],
+            timeout=300,
         )
     assert result.returncode == 0, result.stderr + result.stdout
     return out
 
 
 def _predict(baseline: Path, k: int, measured: Path, *extra: str) -> dict[str, Any]:
-    result = _specload(
+    result = run_specload(
         [
             *("predict", str(baseline), "--method", "ngram", "--num-speculative-tokens", str(k)),
             *(*LOOKUP, "--measured", str(measured), "--json", *extra),

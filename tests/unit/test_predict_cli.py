@@ -80,6 +80,11 @@ def test_json_shape(baseline, capsys):
     assert set(data["totals"]) >= {"drafts", "draft_tokens", "accepted_tokens"}
     assert data["totals"]["drafts"] == sum(lv["drafts"] for lv in data["levels"])
     assert sorted(data["k_schedule"]["ks"]) == list(range(1, 9))
+    # k = 3 puts up to c·4 tokens in a step; the baseline measured steps of 1, 2 and 4
+    steps = {
+        lv["concurrency"]: (lv["step_tokens_max"], lv["extrapolated"]) for lv in data["levels"]
+    }
+    assert steps == {1: (4, False), 2: (8, True), 4: (16, True)}
 
 
 def test_markdown_and_out(baseline, tmp_path, capsys):

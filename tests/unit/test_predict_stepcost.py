@@ -50,6 +50,32 @@ def test_two_levels_fit_a_line_without_an_error_estimate():
     assert any("degrees of freedom" in n for n in fit.notes)
 
 
+def measured(pairs):
+    return [CostPoint(f"c{n}", n, n, 1000.0, y, 20) for n, y in pairs]
+
+
+def test_no_term_of_the_cost_is_negative():
+    # The least-squares line through these has a negative fixed part (-6.57 ms): a step
+    # cannot cost less than nothing, so the fixed part goes and the per-token slope is refitted
+    # through the origin: b = Σny / Σn² = 345 / 85 = 4.059 ms per token.
+    fit = fit_step_cost(measured([(1, 1.0), (2, 4.0), (4, 10.0), (8, 37.0)]), curve="linear")
+    assert fit.coef[0] == 0.0 and fit.coef[2] == 0.0
+    assert fit.coef[1] == pytest.approx(345 / 85)
+    assert any(n.startswith("fixed part dropped: it came out negative") for n in fit.notes)
+    assert fit.cov is not None and fit.cov[0, 0] == 0.0 and fit.cov[1, 1] > 0
+    assert float(fit.step_ms(0.5, 1000.0)) > 0
+
+
+def test_a_level_cheaper_than_fewer_tokens_is_named():
+    fit = fit_step_cost(measured([(1, 5.0), (2, 6.0), (4, 0.4), (8, 9.0)]))
+    falling = [n for n in fit.notes if "arrived in bursts" in n]
+    assert len(falling) == 1 and falling[0].startswith("level c4's median TPOT (0.4 ms)")
+    assert "below c2's (6 ms)" in falling[0]
+    # a gentle dip (within 25%) is noise, not named
+    fit = fit_step_cost(measured([(1, 5.0), (2, 4.0), (4, 6.0), (8, 9.0)]))
+    assert not any("arrived in bursts" in n for n in fit.notes)
+
+
 def test_one_level_is_refused():
     with pytest.raises(ValueError, match="at least two levels"):
         fit_step_cost(points([4], [1000]))

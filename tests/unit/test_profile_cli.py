@@ -128,22 +128,15 @@ def test_analyze_missing_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "no such trace file" in capsys.readouterr().err
 
 
+def capture(target: str, trace_dir: Path | str, *args: str) -> int:
+    """``specload profile capture --target TARGET --trace-dir DIR ARGS``: its exit code."""
+    return main(["profile", "capture", "--target", target, "--trace-dir", str(trace_dir), *args])
+
+
 def test_capture(fake_vllm: FakeVLLM, capsys: pytest.CaptureFixture[str]) -> None:
     # An old trace in the directory is not part of this capture.
     write_trace(fake_vllm.trace_dir / "old_rank0.pt.trace.json.gz", STEPS[:1])
-    code = main(
-        [
-            "profile",
-            "capture",
-            "--target",
-            fake_vllm.url,
-            "--seconds",
-            "0.2",
-            "--trace-dir",
-            str(fake_vllm.trace_dir),
-            "--json",
-        ]
-    )
+    code = capture(fake_vllm.url, fake_vllm.trace_dir, "--seconds", "0.2", "--json")
     assert code == 0
     j = json.loads(capsys.readouterr().out)
     assert fake_vllm.calls == ["/start_profile", "/stop_profile"]  # no /v1/v1, no /v1
@@ -156,37 +149,15 @@ def test_capture_profiler_not_enabled(
     fake_vllm: FakeVLLM, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake_vllm.mode = "404"
-    code = main(
-        [
-            "profile",
-            "capture",
-            "--target",
-            fake_vllm.url,
-            "--seconds",
-            "0.1",
-            "--trace-dir",
-            str(fake_vllm.trace_dir),
-        ]
-    )
+    code = capture(fake_vllm.url, fake_vllm.trace_dir, "--seconds", "0.1")
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "profiler not enabled" in err
 
 
 def test_capture_stop_timeout(fake_vllm: FakeVLLM, capsys: pytest.CaptureFixture[str]) -> None:
     fake_vllm.mode = "slow_stop"
-    code = main(
-        [
-            "profile",
-            "capture",
-            "--target",
-            fake_vllm.url,
-            "--seconds",
-            "0.1",
-            "--stop-timeout",
-            "0.3",
-            "--trace-dir",
-            str(fake_vllm.trace_dir),
-        ]
+    code = capture(
+        fake_vllm.url, str(fake_vllm.trace_dir), "--seconds", "0.1", "--stop-timeout", "0.3"
     )
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
@@ -195,57 +166,20 @@ def test_capture_stop_timeout(fake_vllm: FakeVLLM, capsys: pytest.CaptureFixture
 
 def test_capture_no_trace(fake_vllm: FakeVLLM, capsys: pytest.CaptureFixture[str]) -> None:
     fake_vllm.mode = "no_trace"
-    code = main(
-        [
-            "profile",
-            "capture",
-            "--target",
-            fake_vllm.url,
-            "--seconds",
-            "0.1",
-            "--settle",
-            "0.3",
-            "--trace-dir",
-            str(fake_vllm.trace_dir),
-        ]
-    )
+    code = capture(fake_vllm.url, fake_vllm.trace_dir, "--seconds", "0.1", "--settle", "0.3")
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "no trace found" in err
 
 
 def test_capture_truncated_trace(fake_vllm: FakeVLLM, capsys: pytest.CaptureFixture[str]) -> None:
     fake_vllm.mode = "bad_trace"
-    code = main(
-        [
-            "profile",
-            "capture",
-            "--target",
-            fake_vllm.url,
-            "--seconds",
-            "0.1",
-            "--settle",
-            "1",
-            "--trace-dir",
-            str(fake_vllm.trace_dir),
-        ]
-    )
+    code = capture(fake_vllm.url, fake_vllm.trace_dir, "--seconds", "0.1", "--settle", "1")
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "w_rank0.pt.trace.json.gz is truncated" in err
 
 
 def test_capture_unreachable(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(
-        [
-            "profile",
-            "capture",
-            "--target",
-            "http://127.0.0.1:9",
-            "--seconds",
-            "0.1",
-            "--trace-dir",
-            str(tmp_path),
-        ]
-    )
+    code = capture("http://127.0.0.1:9", tmp_path, "--seconds", "0.1")
     err = capsys.readouterr().err
     assert code == 2 and "cannot reach" in err

@@ -11,7 +11,7 @@ import pytest
 from specload.load.records import RequestRecord
 from specload.results import summary_schema
 from specload.sweep.driver import OutagePolicy, SweepDriver
-from specload.sweep.plan import build_plan
+from specload.sweep.plan import SweepPlan, build_plan
 
 pytestmark = pytest.mark.unit
 
@@ -174,15 +174,26 @@ def make_driver(load, plan, records, summaries, **kw):
     return driver
 
 
-def test_levels_have_disjoint_samples_and_exact_counts():
-    plan = build_plan(
-        concurrency="1,4,8",
+def closed_plan(
+    concurrency: str,
+    *,
+    warmup: str = "0",
+    duration: str | None = "10s",
+    requests: int | None = None,
+) -> SweepPlan:
+    """A closed-loop sweep plan; ``requests`` replaces the timed window."""
+    return build_plan(
+        concurrency=concurrency,
         request_rate=None,
         max_concurrency=None,
-        warmup="2s",
-        duration="10s",
-        requests=None,
+        warmup=warmup,
+        duration=None if requests is not None else duration,
+        requests=requests,
     )
+
+
+def test_levels_have_disjoint_samples_and_exact_counts():
+    plan = closed_plan("1,4,8", warmup="2s")
     load, records, summaries = FakeLoad(e2e_s=0.5), [], []
     summary = make_driver(load, plan, records, summaries).run()
     assert summary["status"] == "complete"
@@ -220,14 +231,7 @@ def test_levels_have_disjoint_samples_and_exact_counts():
 
 
 def test_requests_window():
-    plan = build_plan(
-        concurrency="2",
-        request_rate=None,
-        max_concurrency=None,
-        warmup="0",
-        duration=None,
-        requests=30,
-    )
+    plan = closed_plan("2", requests=30)
     load, records, summaries = FakeLoad(e2e_s=0.25), [], []
     summary = make_driver(load, plan, records, summaries).run()
     level = summary["levels"][0]
@@ -237,14 +241,7 @@ def test_requests_window():
 
 
 def test_outage_pauses_and_level_completes():
-    plan = build_plan(
-        concurrency="4",
-        request_rate=None,
-        max_concurrency=None,
-        warmup="1s",
-        duration="10s",
-        requests=None,
-    )
+    plan = closed_plan("4", warmup="1s")
     load, records, summaries = FakeLoad(e2e_s=0.5), [], []
     load.down_between = (1005.0, 1025.0)
 
@@ -273,14 +270,7 @@ def test_outage_pauses_and_level_completes():
 
 
 def test_outage_fail_policy_stops_with_valid_summary():
-    plan = build_plan(
-        concurrency="2,4",
-        request_rate=None,
-        max_concurrency=None,
-        warmup="0",
-        duration="10s",
-        requests=None,
-    )
+    plan = closed_plan("2,4")
     load, records, summaries = FakeLoad(), [], []
     load.down_between = (1003.0, 1100.0)
     policy = OutagePolicy(mode="fail", is_refusing=lambda: load._down(load.now))
@@ -292,14 +282,7 @@ def test_outage_fail_policy_stops_with_valid_summary():
 
 
 def test_outage_wait_timeout_fails_the_run():
-    plan = build_plan(
-        concurrency="2",
-        request_rate=None,
-        max_concurrency=None,
-        warmup="0",
-        duration="10s",
-        requests=None,
-    )
+    plan = closed_plan("2")
     load, records, summaries = FakeLoad(), [], []
     load.down_between = (1003.0, 9999.0)
 
@@ -315,14 +298,7 @@ def test_outage_wait_timeout_fails_the_run():
 
 
 def test_stop_request_keeps_partial_level():
-    plan = build_plan(
-        concurrency="1,2",
-        request_rate=None,
-        max_concurrency=None,
-        warmup="0",
-        duration="10s",
-        requests=None,
-    )
+    plan = closed_plan("1,2")
     load, records, summaries = FakeLoad(), [], []
     driver = make_driver(
         load,
@@ -345,14 +321,7 @@ def test_stop_request_keeps_partial_level():
 
 
 def test_transient_errors_without_refusal_are_not_outages():
-    plan = build_plan(
-        concurrency="2",
-        request_rate=None,
-        max_concurrency=None,
-        warmup="0",
-        duration="5s",
-        requests=None,
-    )
+    plan = closed_plan("2", duration="5s")
     load, records, summaries = FakeLoad(), [], []
     driver = make_driver(
         load, plan, records, summaries, outage=OutagePolicy(is_refusing=lambda: False)
@@ -375,14 +344,7 @@ def test_transient_errors_without_refusal_are_not_outages():
 @pytest.mark.parametrize("concurrency", [1, 4, 16])
 @pytest.mark.parametrize("warmup", ["0", "2s"])
 def test_requests_window_sends_exactly_n(concurrency, warmup):
-    plan = build_plan(
-        concurrency=f"{concurrency}",
-        request_rate=None,
-        max_concurrency=None,
-        warmup=warmup,
-        duration=None,
-        requests=24,
-    )
+    plan = closed_plan(f"{concurrency}", warmup=warmup, requests=24)
     load, records, summaries = FakeLoad(e2e_s=0.3), [], []
     summary = make_driver(load, plan, records, summaries).run()
     level = summary["levels"][0]
@@ -396,14 +358,7 @@ def test_requests_window_sends_exactly_n(concurrency, warmup):
 def test_throughput_counts_tokens_that_arrived_in_the_window():
     # 8 streams of 7 s requests (250 tokens) against a 10 s window
     load = FakeLoad(e2e_s=7.0, tokens=250, ttft_s=0.04)
-    plan = build_plan(
-        concurrency="8",
-        request_rate=None,
-        max_concurrency=None,
-        warmup="5s",
-        duration="10s",
-        requests=None,
-    )
+    plan = closed_plan("8", warmup="5s")
     records, summaries = [], []
     summary = make_driver(load, plan, records, summaries).run()
     level = summary["levels"][0]
@@ -422,14 +377,7 @@ def test_throughput_counts_tokens_that_arrived_in_the_window():
 
 def test_drain_deadline_records_unfinished_requests():
     load = FakeLoad(e2e_s=100.0, tokens=1000)
-    plan = build_plan(
-        concurrency="2",
-        request_rate=None,
-        max_concurrency=None,
-        warmup="0",
-        duration="5s",
-        requests=None,
-    )
+    plan = closed_plan("2", duration="5s")
     records, summaries = [], []
     summary = make_driver(load, plan, records, summaries, drain_timeout_s=10.0).run()
     level = summary["levels"][0]
@@ -443,14 +391,7 @@ def test_drain_deadline_records_unfinished_requests():
 
 def test_users_short_and_lost_are_flagged():
     load = FakeLoad(e2e_s=0.5)
-    plan = build_plan(
-        concurrency="8",
-        request_rate=None,
-        max_concurrency=None,
-        warmup="0",
-        duration="10s",
-        requests=None,
-    )
+    plan = closed_plan("8")
     records, summaries = [], []
 
     def worker_dies(driver):
@@ -468,14 +409,7 @@ def test_users_short_and_lost_are_flagged():
 
 def test_truncation_guard_names_count_categories_and_a_budget():
     load = FakeLoad(e2e_s=0.5, tokens=128, truncated=True)
-    plan = build_plan(
-        concurrency="2",
-        request_rate=None,
-        max_concurrency=None,
-        warmup="0",
-        duration="5s",
-        requests=None,
-    )
+    plan = closed_plan("2", duration="5s")
     records, summaries = [], []
     summary = make_driver(load, plan, records, summaries).run()
     level = summary["levels"][0]
@@ -489,14 +423,7 @@ def test_truncation_guard_names_count_categories_and_a_budget():
 
 def test_a_run_that_reaches_its_answers_has_no_truncation_warning():
     load = FakeLoad(e2e_s=0.5, tokens=128)
-    plan = build_plan(
-        concurrency="2",
-        request_rate=None,
-        max_concurrency=None,
-        warmup="0",
-        duration="5s",
-        requests=None,
-    )
+    plan = closed_plan("2", duration="5s")
     summary = make_driver(load, plan, [], []).run()
     level = summary["levels"][0]
     assert level["reasoning_truncated_ratio"] == 0.0 and level["warnings"] == []
