@@ -203,6 +203,33 @@ class ExporterCollector(Collector):
         waiting = gauge("specload_server_requests_waiting", "Requests waiting in the queue.")
         kv = gauge("specload_server_kv_cache_usage_ratio", "KV-cache usage (0-1).")
 
+        def counter(name: str, doc: str) -> CounterMetricFamily:
+            return CounterMetricFamily(name, doc, labels=BASE)
+
+        hit = gauge(
+            "specload_server_prefix_cache_hit_ratio",
+            "Prefix-cache hit tokens / queried tokens (window: lifetime or interval).",
+            ["window"],
+        )
+        queries = counter(
+            "specload_server_prefix_cache_queries_tokens",
+            "Prompt tokens looked up in the prefix cache (vllm:prefix_cache_queries).",
+        )
+        hits = counter(
+            "specload_server_prefix_cache_hits_tokens",
+            "Prompt tokens found in the prefix cache (vllm:prefix_cache_hits).",
+        )
+        preemptions = counter(
+            "specload_server_preemptions",
+            "Requests preempted by the scheduler (vllm:num_preemptions).",
+        )
+        sleep = gauge(
+            "specload_server_sleep_state",
+            "Share of the server's engines in each sleep state (awake, weights_offloaded, "
+            "discard_all); one engine: the current state is 1.",
+            ["state"],
+        )
+
         for v in views:
             base = [v.variant, v.model]
             up.add_metric(base, 1.0 if v.up else 0.0)
@@ -251,10 +278,20 @@ class ExporterCollector(Collector):
                 waiting.add_metric(base, d.waiting)
             if d.kv_usage_ratio is not None:
                 kv.add_metric(base, d.kv_usage_ratio)
+            for window, value in d.prefix_cache_hit_ratio.items():
+                hit.add_metric([*base, window], value)
+            if d.prefix_cache_queries is not None:
+                queries.add_metric(base, d.prefix_cache_queries)
+            if d.prefix_cache_hits is not None:
+                hits.add_metric(base, d.prefix_cache_hits)
+            if d.preemptions is not None:
+                preemptions.add_metric(base, d.preemptions)
+            for sleep_state, value in d.sleep_state.items():
+                sleep.add_metric([*base, sleep_state], value)
         families: list[Metric] = [
             up, dur, errors, state, in_progress, elapsed, expected, last_reload, reloads,
             start, progress, info, acc, length, pos, drafted, accepted, tpot, itl, gen,
-            running, waiting, kv,
+            running, waiting, kv, hit, queries, hits, preemptions, sleep,
         ]  # fmt: skip
         # A family with no samples is absent from the page (not zero).
         yield from (f for f in families if f.samples)

@@ -10,7 +10,15 @@ and legacy), the reset-safe deltas and the formulas are
 - mean acceptance length = 1 + accepted tokens / drafts;
 - position acceptance ratio = accepted at position p / drafts;
 - mean TPOT / ITL = Δsum / Δcount of the histograms;
+- prefix-cache hit ratio = hit tokens / queried tokens;
 - rates = Δcounter / Δt.
+
+Some values are passed on as they are: the prefix-cache and preemption counters
+(for rate() over them where Prometheus cannot scrape vLLM itself), and the
+engines' sleep state (the share of the server's engines in each state of
+:data:`SLEEP_STATES`; 1 for the one engine of a server without data parallelism).
+A family the page lacks (an older vLLM, the simulator of another version) leaves
+its values ``None`` or empty: its series are absent, never an error.
 
 What is the exporter's own: vLLM ≤0.9 (V0) exported
 ``vllm:spec_decode_draft_acceptance_rate`` as a gauge instead, used for the
@@ -31,6 +39,15 @@ from dataclasses import dataclass, field
 from specload import vllm_metrics as vm
 from specload.promtext import Exposition
 
+# vLLM 0.32 families the shared reader (specload.vllm_metrics) does not name yet; both
+# are on the real pages in tests/data/vllm-0.32.0 (and in the simulator's).
+PREEMPTIONS = "vllm:num_preemptions_total"  # requests preempted (KV cache full), all engines
+# One sample per engine and state: 1 for the engine's current state, 0 for the others.
+ENGINE_SLEEP_STATE = "vllm:engine_sleep_state"  # label sleep_state
+#: The states of ``vllm:engine_sleep_state`` (awake; sleep level 1: weights offloaded;
+#: level 2: weights and KV cache discarded). Any other value is not exported (a bounded label).
+SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
+
 WANTED: frozenset[str] = frozenset(
     {
         vm.DRAFTS,
@@ -42,6 +59,10 @@ WANTED: frozenset[str] = frozenset(
         vm.REQUESTS_RUNNING,
         vm.REQUESTS_WAITING,
         vm.PROCESS_START,
+        PREEMPTIONS,
+        ENGINE_SLEEP_STATE,
+        *vm.PREFIX_CACHE_QUERIES_NAMES,
+        *vm.PREFIX_CACHE_HITS_NAMES,
         *vm.TPOT_NAMES,
         *vm.ITL_NAMES,
         *vm.KV_CACHE_USAGE_NAMES,
@@ -79,6 +100,10 @@ class Reading:
     running: float | None = None
     waiting: float | None = None
     kv_usage_ratio: float | None = None
+    prefix_cache_queries: float | None = None  # tokens looked up
+    prefix_cache_hits: float | None = None  # tokens found cached
+    preemptions: float | None = None
+    sleep_state: Mapping[str, float] = field(default_factory=dict)  # state -> share of engines
 
     @property
     def has_spec_decode(self) -> bool:
@@ -103,6 +128,21 @@ def _model_name(fams: Exposition) -> str | None:
             if model:
                 return model
     return None
+
+
+def _sleep_state(fams: Exposition) -> dict[str, float]:
+    """Per known state, the mean over engines of its 0/1 sample (the share of engines in it)."""
+    fam = fams.get_family(ENGINE_SLEEP_STATE)
+    if fam is None:
+        return {}
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for s in fam.samples:
+        state = s.labels.get("sleep_state")
+        if state in SLEEP_STATES and math.isfinite(s.value):
+            sums[state] = sums.get(state, 0.0) + s.value
+            counts[state] = counts.get(state, 0) + 1
+    return {state: sums[state] / counts[state] for state in SLEEP_STATES if state in counts}
 
 
 def extract(fams: Exposition, time_s: float) -> Reading:
@@ -136,6 +176,10 @@ def extract(fams: Exposition, time_s: float) -> Reading:
         running=vm.counter_total(fams, vm.REQUESTS_RUNNING),
         waiting=vm.counter_total(fams, vm.REQUESTS_WAITING),
         kv_usage_ratio=kv_value,
+        prefix_cache_queries=vm.counter_total(fams, vm.PREFIX_CACHE_QUERIES_NAMES),
+        prefix_cache_hits=vm.counter_total(fams, vm.PREFIX_CACHE_HITS_NAMES),
+        preemptions=vm.counter_total(fams, PREEMPTIONS),
+        sleep_state=_sleep_state(fams),
     )
 
 
@@ -151,6 +195,9 @@ def went_backwards(prev: Reading, cur: Reading) -> bool:
             (prev.draft_tokens, cur.draft_tokens),
             (prev.accepted, cur.accepted),
             (prev.generation_tokens, cur.generation_tokens),
+            (prev.prefix_cache_queries, cur.prefix_cache_queries),
+            (prev.prefix_cache_hits, cur.prefix_cache_hits),
+            (prev.preemptions, cur.preemptions),
             (_count(prev.tpot_sum_count), _count(cur.tpot_sum_count)),
             (_count(prev.itl_sum_count), _count(cur.itl_sum_count)),
         ]
@@ -172,6 +219,12 @@ class Derived:
     running: float | None = None
     waiting: float | None = None
     kv_usage_ratio: float | None = None
+    prefix_cache_hit_ratio: Mapping[str, float] = field(default_factory=dict)
+    # Passed on as read (lifetime counters, summed over engines; the sleep state by state).
+    prefix_cache_queries: float | None = None
+    prefix_cache_hits: float | None = None
+    preemptions: float | None = None
+    sleep_state: Mapping[str, float] = field(default_factory=dict)
 
 
 def _delta(prev: float | None, cur: float | None, reset: bool) -> float | None:
@@ -211,6 +264,7 @@ def derive(
     pos: dict[tuple[str, int], float] = {}
     tpot: dict[str, float] = {}
     itl: dict[str, float] = {}
+    hit: dict[str, float] = {}
 
     k_eff = k or (cur.num_positions or None)
     r, ln, pp = _spec_window(
@@ -229,6 +283,9 @@ def derive(
         m = vm.histogram_mean(pair)
         if m is not None:
             out["lifetime"] = m
+    h = vm.hit_ratio(cur.prefix_cache_hits, cur.prefix_cache_queries)
+    if h is not None:
+        hit["lifetime"] = h
 
     drafted_tps = accepted_tps = gen_tps = None
     if prev is not None and cur.time_s > prev.time_s:
@@ -266,6 +323,12 @@ def derive(
             m = vm.histogram_mean(vm.histogram_increase(p_sc, c_sc, restarted=reset)[0])
             if m is not None:
                 out["interval"] = m
+        h = vm.hit_ratio(
+            _delta(prev.prefix_cache_hits, cur.prefix_cache_hits, reset),
+            _delta(prev.prefix_cache_queries, cur.prefix_cache_queries, reset),
+        )
+        if h is not None:
+            hit["interval"] = h
     return Derived(
         acceptance_ratio=acc,
         mean_acceptance_length=length,
@@ -278,4 +341,9 @@ def derive(
         running=cur.running,
         waiting=cur.waiting,
         kv_usage_ratio=cur.kv_usage_ratio,
+        prefix_cache_hit_ratio=hit,
+        prefix_cache_queries=cur.prefix_cache_queries,
+        prefix_cache_hits=cur.prefix_cache_hits,
+        preemptions=cur.preemptions,
+        sleep_state=cur.sleep_state,
     )

@@ -16,12 +16,17 @@ from specload_boards.model import (
     instant_query,
     range_query,
 )
-from specload_boards.queries import MODELS, max_per_variant, percentiles, selected
+from specload_boards.queries import MODELS, VARIANTS, max_per_variant, percentiles, selected
 
 REFERENCE = 'variant="$reference"'
 TPOT_P50 = "variant_model:specload_client_tpot_seconds:p50_5m"
 TPOT_P90 = "variant_model:specload_client_tpot_seconds:p90_5m"
 OUTPUT_TOKENS = "variant_model:specload_client_output_tokens:rate5m"
+TPOT_P50_PER_STEP = "variant_model_step:specload_client_tpot_seconds:p50_5m"
+CLIENT_ACCEPTANCE = "variant_model_channel:specload_client_spec_decode_acceptance:ratio_5m"
+CLIENT_ACCEPTANCE_LENGTH = (
+    "variant_model_channel:specload_client_spec_decode_acceptance_length:mean_5m"
+)
 # Ratios to a reference: above 1.1 is a regression worth seeing (the alert's
 # default margin is 10%).
 SLOWER_IS_RED: list[Threshold] = [("green", None), ("red", 1.1)]
@@ -31,6 +36,26 @@ def relative_to_reference(metric: str) -> str:
     """Each selected variant's ``metric`` over the reference variant's, same model."""
     return (
         f"{selected(metric)} / ignoring (variant) group_left () {metric}{{{REFERENCE}, {MODELS}}}"
+    )
+
+
+def median_tpot_per_step_over_range(selector: str) -> str:
+    """The median TPOT per variant, model and step of the series ``selector`` matches,
+    over the board's whole time range (``>= 0``: a step without requests in the range
+    has no row rather than NaN)."""
+    return (
+        "(histogram_quantile(0.5, sum by (variant, model, step, le) "
+        f"(increase(specload_client_tpot_seconds_bucket{{{selector}}}[$__range]))) >= 0)"
+    )
+
+
+def tpot_per_step_relative_to_reference_over_range() -> str:
+    """Each selected variant's median TPOT over the reference's, same model and step,
+    over the time range: steps the two ran at different times still meet."""
+    return (
+        f"{median_tpot_per_step_over_range(f'{VARIANTS}, {MODELS}')}"
+        " / ignoring (variant) group_left () "
+        f"{median_tpot_per_step_over_range(f'{REFERENCE}, {MODELS}')}"
     )
 
 
@@ -97,6 +122,30 @@ BOARD = Board(
             min=0,
             thresholds=[("red", None), ("green", 1)],
         ),
+        Row("Crossover: TPOT per sweep step"),
+        Panel(
+            "Median TPOT relative to $reference per step",
+            [range_query(relative_to_reference(TPOT_P50_PER_STEP), "{{variant}} {{step}}")],
+            RATIO_TO_REFERENCE,
+            min=0,
+            thresholds=SLOWER_IS_RED,
+            description="Each variant's median TPOT over the reference's at the same sweep "
+            "step (c4 = 4 users), over 5m windows: where a variant crosses 1 as the load "
+            "grows, speculation stops paying. Needs both variants measured at the same time.",
+        ),
+        Panel(
+            "Median TPOT relative to $reference per step (time range)",
+            [
+                instant_query(
+                    tpot_per_step_relative_to_reference_over_range(), "{{variant}} {{step}}"
+                )
+            ],
+            RATIO_TO_REFERENCE,
+            kind="table",
+            thresholds=SLOWER_IS_RED,
+            description="The same over the whole time range, one row per variant and step: "
+            "sweeps run one after the other compare as long as both are in the range.",
+        ),
         Row("Latency to first tokens"),
         Panel(
             "TTFT (first token of any channel)",
@@ -120,11 +169,29 @@ BOARD = Board(
             description="Accepted / drafted tokens (vLLM V1 counters). No series: no speculation.",
         ),
         Panel(
+            "Draft acceptance rate by channel (client)",
+            [range_query(selected(CLIENT_ACCEPTANCE), "{{variant}} {{channel}}")],
+            "percentunit",
+            min=0,
+            max=1,
+            description="Accepted / drafted tokens of the load generator's requests, by the "
+            "channel the verification step produced: reasoning, content, or unknown (the "
+            "request's split was not known). No series for a channel: no draft there.",
+        ),
+        Panel(
             "Mean acceptance length",
             [range_query(selected("variant_model:vllm_spec_decode_acceptance_length:mean_5m"))],
             "suffix: tokens/step",
             min=1,
             description="1 + accepted tokens / drafts: tokens each verification step yields.",
+        ),
+        Panel(
+            "Mean acceptance length by channel (client)",
+            [range_query(selected(CLIENT_ACCEPTANCE_LENGTH), "{{variant}} {{channel}}")],
+            "suffix: tokens/step",
+            min=1,
+            description="1 + accepted tokens / drafts of the load generator's requests, by "
+            "channel.",
         ),
         Panel(
             "Acceptance per draft position",

@@ -2,7 +2,9 @@
 
 Refuses killed or unfinalized runs and incomplete levels (``--allow-incomplete``),
 warns about every setup difference between the runs (``--strict``: an error), and
-writes ``comparison.md`` (plus ``comparison.json`` with ``--json``), warnings first.
+writes ``comparison.md`` (plus ``comparison.json`` with ``--json``), warnings first;
+speculative variants get efficiency rows and a crossover (``--profile DIR=FILE``: the
+all-reduce share beside them).
 """
 
 from __future__ import annotations
@@ -62,12 +64,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--strict",
         action="store_true",
         help="runs that differ (prompts, seed, max_tokens, temperature, model, levels, "
-        "windows, time scale) are an error, not a warning",
+        "windows, time scale, prefix cache) are an error, not a warning",
     )
     parser.add_argument(
         "--allow-incomplete",
         action="store_true",
         help="compare killed or unfinalized runs and incomplete levels (marked in the report)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="append",
+        metavar="DIR=FILE",
+        default=None,
+        help="a `specload profile … --json` report of the run in DIR (repeatable; default: "
+        "DIR/profile.json when it exists): the all-reduce share beside the efficiency rows",
     )
     parser.add_argument(
         "--json", action="store_true", help="also write comparison.json (machine-readable)"
@@ -78,6 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     # numpy and matplotlib load only when the command runs, not for `specload --help`.
     from specload.compare.model import compare_runs, load_run  # noqa: PLC0415
+    from specload.compare.profiles import parse_profile_options, read_profile  # noqa: PLC0415
     from specload.compare.report import comparison_json, comparison_markdown  # noqa: PLC0415
     from specload.compare.stats import MIN_N  # noqa: PLC0415
 
@@ -92,7 +103,10 @@ def run(args: argparse.Namespace) -> int:
     min_n = MIN_N if args.min_n is None else args.min_n
     if min_n < 2:
         raise UsageError(f"--min-n: {min_n} must be at least 2")
+    chosen = parse_profile_options(args.profile, args.dirs)
     runs = [load_run(d) for d in args.dirs]
+    for index, path in chosen.items():
+        runs[index].profile = read_profile(path)
     comp = compare_runs(
         runs,
         n_boot=args.bootstrap,

@@ -5,15 +5,22 @@ Before any number, the runs are checked (:func:`check_runs`):
 - *finished*: a run whose ``summary.json`` was never finalized (``status: running``,
   a killed run) or a compared level that is incomplete (``complete: false``) is
   refused unless ``allow_incomplete`` (then marked in the report);
-- *comparable*: prompt set and seed, max_tokens, temperature, streaming, model,
-  levels, window lengths (warm-up, duration or request count) and the simulator's
-  time scale must match; each difference is a warning naming it (``strict``: an error).
+- *comparable*: prompt set and seed, max_tokens, temperature, streaming, token
+  accounting (``usage_stats``), model, mode, the levels (concurrency or rates, and the
+  open loop's max concurrency), window lengths (warm-up, duration or request count) and
+  the simulator's time scale must match, and so must the prefix cache's state per level
+  (hit ratios within :data:`PREFIX_CACHE_HIT_GAP`, the same ``prefix_cache_reset``); each
+  difference is a warning naming it (``strict``: an error).
 
 Rows: every row carries the sample size per side; below :data:`~.stats.MIN_N` on a
 side there is no interval and no verdict ("n too small"). Content measures (TTFCT)
 are not compared where more than :data:`TRUNCATED_SHARE` of either side's completed
 requests ended inside reasoning at max_tokens (their "first content token" is then
 the few requests that got that far, or none).
+
+Speculation (:mod:`.efficiency`, :mod:`.crossover`): per level of a speculative variant,
+the measured speedup against the ideal one and their ratio; per variant, the concurrency
+at which it stops being faster, with a bootstrap interval.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from specload.compare import TRUNCATED_SHARE
+from specload.compare.crossover import OPEN_LOOP, Crossover, LevelSamples, find_crossover
+from specload.compare.efficiency import Efficiency, level_efficiency
+from specload.compare.profiles import Profile, profile_beside
 from specload.compare.stats import (
     MIN_N,
     Difference,
@@ -47,6 +57,10 @@ TOO_FEW = "n too small"
 TRUNCATED = "not comparable (truncated)"
 
 THROUGHPUT_BINS = 10
+
+# Two levels whose prefix-cache hit ratios (server.prefix_cache_hit_ratio) are further apart
+# than this measured different workloads: cached prompt tokens skip their prefill.
+PREFIX_CACHE_HIT_GAP = 0.05
 
 
 @dataclass(frozen=True)
@@ -74,6 +88,7 @@ class Run:
     summary: dict[str, Any]
     records: list[RequestRecord]
     label: str = ""  # how warnings name the run (the variant; the directory too if ambiguous)
+    profile: Profile | None = None  # a `specload profile --json` report (profile.json)
 
     @property
     def variant(self) -> str:
@@ -99,7 +114,7 @@ def load_run(path: str | Path) -> Run:
         raise UsageError(f"{path}: no such results directory")
     summary = read_summary(p)
     records = [record_of(raw) for raw in read_requests(p)]
-    return Run(p, summary, records, str(summary.get("variant") or p.name))
+    return Run(p, summary, records, str(summary.get("variant") or p.name), profile_beside(p))
 
 
 @dataclass
@@ -125,6 +140,8 @@ class LevelComparison:
     marks: list[list[str]] = field(default_factory=list)
     # per variant and category: share of completed requests truncated inside reasoning
     truncated: list[dict[str, float | None]] = field(default_factory=list)
+    # per variant (index 0, the reference: None): speculation efficiency, None without data
+    efficiency: list[Efficiency | None] = field(default_factory=list)
 
 
 @dataclass
@@ -139,6 +156,8 @@ class Comparison:
     statuses: list[str] = field(default_factory=list)
     min_n: int = MIN_N
     truncated_share: float = TRUNCATED_SHARE
+    crossovers: list[Crossover] = field(default_factory=list)  # per variant after the first
+    profiles: list[Profile | None] = field(default_factory=list)  # per variant
 
     def regressions(self, pct: float) -> list[str]:
         """Where a variant's median TPOT is worse than the first's by more than ``pct``%.
@@ -224,8 +243,10 @@ _CHECKS: tuple[tuple[str, Any], ...] = (
     ("max_tokens", _option("max_tokens")),
     ("temperature", _option("temperature")),
     ("stream", _option("stream")),
+    ("usage stats (token accounting)", _option("usage_stats")),
     ("model", lambda s: s.get("model") or (s.get("options") or {}).get("model") or None),
     ("mode", lambda s: s.get("mode")),
+    ("max concurrency (open loop)", _option("max_concurrency")),
     ("warm-up (s)", lambda s: _window(s)["warmup"]),
     ("window duration (s)", lambda s: _window(s)["duration"]),
     ("window requests", lambda s: _window(s)["requests"]),
@@ -252,6 +273,43 @@ def comparability_warnings(runs: Sequence[Run]) -> list[str]:
                 f"levels differ: {ref.label} {','.join(ref_levels) or 'none'}, "
                 f"{run.label} {','.join(levels) or 'none'} "
                 f"(compared: {','.join(common) or 'none'})"
+            )
+    return out + prefix_cache_warnings(runs)
+
+
+def _reset(level: Mapping[str, Any]) -> bool | None:
+    value = level.get("prefix_cache_reset")
+    return value if isinstance(value, bool) else None
+
+
+def prefix_cache_warnings(runs: Sequence[Run]) -> list[str]:
+    """The prefix cache's state per level in common: hit ratios (``server.
+    prefix_cache_hit_ratio``) more than :data:`PREFIX_CACHE_HIT_GAP` apart, and a level
+    whose prefix cache one run reset at its start and the other did not
+    (``prefix_cache_reset``; null or absent: unknown, not compared)."""
+    ref = runs[0]
+    out: list[str] = []
+    for run in runs[1:]:
+        names = [n for n in ref.level_names() if run.level(n) is not None]
+        resets: dict[tuple[bool, bool], list[str]] = {}
+        for name in names:
+            mine, theirs = ref.level(name) or {}, run.level(name) or {}
+            a = finite_number((mine.get("server") or {}).get("prefix_cache_hit_ratio"))
+            b = finite_number((theirs.get("server") or {}).get("prefix_cache_hit_ratio"))
+            if a is not None and b is not None and abs(a - b) > PREFIX_CACHE_HIT_GAP:
+                out.append(
+                    f"prefix-cache hit ratio differs at {name}: {ref.label} {a:.3f}, "
+                    f"{run.label} {b:.3f} (more than {PREFIX_CACHE_HIT_GAP:g} apart: cached "
+                    "prompt tokens skip their prefill)"
+                )
+            ra, rb = _reset(mine), _reset(theirs)
+            if ra is not None and rb is not None and ra != rb:
+                resets.setdefault((ra, rb), []).append(name)
+        for (ra, rb), where in resets.items():
+            out.append(
+                f"prefix-cache reset differs at {','.join(where)}: {ref.label} "
+                f"{'reset' if ra else 'did not reset'} the prefix cache at the level's start, "
+                f"{run.label} {'did' if rb else 'did not'}"
             )
     return out
 
@@ -540,7 +598,16 @@ def compare_runs(
                 f"reasoning at max_tokens ({cat0}: {shares_text}); raise --max-tokens"
             )
         warnings += _consistency(runs, infos, lc)
+        tpot = lc.cells[(ALL, "tpot")]
+        lc.efficiency = [None]
+        lc.efficiency += [
+            level_efficiency(infos[0], infos[i], tpot.diffs[i], _shares(runs, i, infos))
+            for i in range(1, len(runs))
+        ]
         levels.append(lc)
+    crossovers = _crossovers(
+        runs, common, by_run, n_boot=n_boot, confidence=confidence, seed=seed, min_n=min_n
+    )
     return Comparison(
         [run.variant for run in runs],
         [run.path for run in runs],
@@ -552,7 +619,66 @@ def compare_runs(
         [run.status for run in runs],
         min_n,
         truncated_limit,
+        crossovers,
+        [run.profile for run in runs],
     )
+
+
+def _shares(
+    runs: Sequence[Run], i: int, infos: Sequence[Mapping[str, Any]]
+) -> tuple[float | None, float | None]:
+    """The all-reduce share of the reference and variant ``i`` at this level (profiles)."""
+
+    def share(k: int) -> float | None:
+        profile = runs[k].profile
+        return None if profile is None else profile.share_at(infos[k].get("concurrency"))
+
+    return share(0), share(i)
+
+
+def _crossovers(
+    runs: Sequence[Run],
+    common: Sequence[str],
+    by_run: Sequence[Mapping[str, list[RequestRecord]]],
+    *,
+    n_boot: int,
+    confidence: float,
+    seed: int,
+    min_n: int,
+) -> list[Crossover]:
+    """Per variant after the first, where its TPOT ratio to the first crosses 1."""
+    closed = [n for n in common if (runs[0].level(n) or {}).get("concurrency") is not None]
+    if not closed:
+        return [Crossover(run.variant, [], reason=OPEN_LOOP) for run in runs[1:]]
+    samples = [{n: _samples(steps.get(n, []), "tpot") for n in closed} for steps in by_run]
+    shared: dict[float, Any] = {}  # the reference's replicates, drawn once for all variants
+    out = []
+    for i in range(1, len(runs)):
+        levels = []
+        for name in closed:
+            users = int((runs[0].level(name) or {})["concurrency"])
+            ref, var = samples[0][name], samples[i][name]
+            levels.append(
+                LevelSamples(
+                    float(users),
+                    ref,
+                    var,
+                    block_length(len(ref), users),
+                    block_length(len(var), users),
+                )
+            )
+        out.append(
+            find_crossover(
+                runs[i].variant,
+                levels,
+                n_boot=n_boot,
+                confidence=confidence,
+                seed=seed + 7919 * i,
+                min_n=min_n,
+                reference_boot=shared,
+            )
+        )
+    return out
 
 
 @dataclass(frozen=True)

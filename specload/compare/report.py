@@ -2,12 +2,22 @@
 
 Both start with the comparison's warnings (runs that differ, incomplete or repaired
 runs, truncated levels), then the rows; every row carries the sample size per side.
+Speculative variants add their efficiency per level and the crossover concurrency
+(:mod:`.efficiency`, :mod:`.crossover`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from specload.compare.crossover import Crossover
+from specload.compare.efficiency import (
+    HIGH_ACCEPTANCE_NO_SPEEDUP,
+    HIGH_IDEAL,
+    NO_SPEEDUP,
+    SOURCE_CLIENT,
+    Efficiency,
+)
 from specload.compare.model import ALL, MEASURES, TOO_FEW, Comparison, LevelComparison
 from specload.compare.stats import Difference
 
@@ -87,6 +97,8 @@ def comparison_markdown(comp: Comparison) -> str:
         "",
     ]
     lines += [f"- {line}" for line in headline(comp)]
+    lines += _efficiency_markdown(comp)
+    lines += _crossover_markdown(comp)
     others = comp.variants[1:]
     for level in comp.levels:
         marks = [
@@ -132,6 +144,160 @@ def comparison_markdown(comp: Comparison) -> str:
     return "\n".join(lines)
 
 
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _range(pair: tuple[float, float] | None) -> str:
+    return "-" if pair is None else f"{pair[0]:.2f} .. {pair[1]:.2f}"
+
+
+def _share_pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.0f}%"
+
+
+def _efficiency_markdown(comp: Comparison) -> list[str]:
+    rows: list[list[str]] = []
+    ref = comp.variants[0]
+    conf = f"{comp.confidence * 100:g}%"
+    for i, variant in enumerate(comp.variants[1:], start=1):
+        for level in comp.levels:
+            eff = level.efficiency[i] if i < len(level.efficiency) else None
+            if eff is None:
+                continue
+            share = ""
+            if eff.allreduce_share[0] is not None and eff.allreduce_share[1] is not None:
+                share = (
+                    f"{_share_pct(eff.allreduce_share[0])} → {_share_pct(eff.allreduce_share[1])}"
+                )
+            source = "client" if eff.source == SOURCE_CLIENT else "server"
+            if eff.reference_ideal != 1.0:
+                source += f", ÷ {ref}'s {eff.reference_ideal:.2f}"
+            rows.append(
+                [
+                    variant,
+                    level.label,
+                    f"{eff.ideal:.2f} ({source})",
+                    _ratio(eff.measured),
+                    _range(eff.measured_ci),
+                    _ratio(eff.efficiency),
+                    _range(eff.efficiency_ci),
+                    share or "-",
+                    f"**{HIGH_ACCEPTANCE_NO_SPEEDUP}**" if eff.no_speedup else "",
+                ]
+            )
+    if not rows:
+        return []
+    lines = [
+        "",
+        "## Speculation efficiency",
+        "",
+        f"Measured speedup = {ref}'s median TPOT / the variant's ({conf} CI: the TPOT row's "
+        "interval, as a ratio). Ideal speedup = what the acceptance alone would give if a "
+        "verification step cost what a plain step costs: decode tokens / (decode tokens - "
+        "accepted tokens) over the level (client: the run's `spec_decode.ideal_speedup`; "
+        "server: vLLM's counters, decode = generated - one prefill token per request). "
+        "Efficiency = measured / ideal. "
+        f"*{HIGH_ACCEPTANCE_NO_SPEEDUP}*: ideal ≥ {HIGH_IDEAL:g} and measured ≤ {NO_SPEEDUP:g} "
+        "— verification steps cost more than plain ones: the verification itself, expert "
+        "weight reads multiplied by the extra tokens (MoE), all-reduce-bound steps. "
+        "All-reduce share: decode steps at the level's batch size in each run's profile.",
+        "",
+        f"| variant | level | ideal speedup | measured speedup | {conf} CI | efficiency "
+        f"| {conf} CI | all-reduce share ({ref} → variant) | note |",
+        "|---" * 9 + "|",
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    profiles = [
+        f"{variant}: {profile.path} (decode all-reduce share "
+        f"{_share_pct(profile.decode_allreduce_ratio)} over the capture's "
+        f"{profile.decode_steps if profile.decode_steps is not None else '?'} decode steps)"
+        for variant, profile in zip(comp.variants, comp.profiles, strict=False)
+        if profile is not None
+    ]
+    if profiles:
+        lines += ["", "Profiles: " + "; ".join(profiles)]
+    return lines
+
+
+def crossover_line(comp: Comparison, cross: Crossover) -> str:
+    """One sentence: where the variant stops being faster than the reference, or why not."""
+    ref = comp.variants[0]
+    ratios = ", ".join(f"{c:g}: {r:.2f}" for c, r in cross.ratios) or "none"
+    tail = f" (TPOT ratio {cross.variant}/{ref} by concurrency: {ratios})"
+    if cross.concurrency is None or cross.between is None:
+        return f"{cross.variant} vs {ref}: no crossover — {cross.reason}{tail}"
+    lo_c, hi_c = cross.between
+    conf = f"{comp.confidence * 100:g}%"
+    if cross.interval is None:
+        ci = cross.note or "no interval"
+    else:
+        low, high = cross.interval
+        lo_text = f"{low:.1f}" if low is not None else f"below {cross.ratios[0][0]:g}"
+        hi_text = f"{high:.1f}" if high is not None else f"above {cross.ratios[-1][0]:g}"
+        ci = (
+            f"{conf} CI {lo_text} .. {hi_text}{WIDENED_MARK if cross.widened else ''}; "
+            f"replicates crossing below the levels {_share_pct(cross.below_share)}, "
+            f"above {_share_pct(cross.above_share)}"
+        )
+    return (
+        f"{cross.variant} vs {ref}: stops being faster at concurrency ≈ "
+        f"{cross.concurrency:.1f} (between {lo_c:g} and {hi_c:g}; {ci}){tail}"
+    )
+
+
+def _crossover_markdown(comp: Comparison) -> list[str]:
+    if not comp.crossovers:
+        return []
+    lines = [
+        "",
+        "## Crossover",
+        "",
+        "Where the TPOT ratio (variant / reference median TPOT) first goes from below 1 to 1 "
+        "or more between two neighbouring levels, interpolated linearly on log2(concurrency); "
+        "the interval recomputes the crossing on every bootstrap replicate of every level.",
+        "",
+    ]
+    lines += [f"- {crossover_line(comp, cross)}" for cross in comp.crossovers]
+    return lines
+
+
+def _efficiency_json(eff: Efficiency | None) -> dict[str, Any] | None:
+    if eff is None:
+        return None
+    return {
+        "ideal_speedup": eff.ideal,
+        "ideal_source": eff.source,
+        "reference_ideal_speedup": eff.reference_ideal,
+        "measured_speedup": eff.measured,
+        "measured_speedup_ci": list(eff.measured_ci) if eff.measured_ci else None,
+        "efficiency": eff.efficiency,
+        "efficiency_ci": list(eff.efficiency_ci) if eff.efficiency_ci else None,
+        "high_acceptance_no_speedup": eff.no_speedup,
+        "allreduce_share": list(eff.allreduce_share),
+    }
+
+
+def _crossover_json(cross: Crossover) -> dict[str, Any]:
+    found = None
+    if cross.concurrency is not None:
+        found = {
+            "concurrency": cross.concurrency,
+            "interval": list(cross.interval) if cross.interval is not None else None,
+            "between": list(cross.between) if cross.between is not None else None,
+            "below_share": cross.below_share,
+            "above_share": cross.above_share,
+            "widened": cross.widened,
+        }
+    return {
+        "variant": cross.variant,
+        "crossover": found,
+        "reason": cross.reason,
+        "note": cross.note,
+        "tpot_ratios": [{"concurrency": c, "ratio": r} for c, r in cross.ratios],
+    }
+
+
 def _diff_json(diff: Difference | None) -> dict[str, Any] | None:
     if diff is None:
         return None
@@ -175,6 +341,7 @@ def comparison_json(comp: Comparison) -> dict[str, Any]:
                 "acceptance": level.acceptance,
                 "mean_acceptance_length": level.mean_acceptance_length,
                 "reasoning_truncated_ratio": [shares.get(ALL) for shares in level.truncated],
+                "efficiency": [_efficiency_json(e) for e in level.efficiency[1:]],
                 "rows": rows,
             }
         )
@@ -189,5 +356,16 @@ def comparison_json(comp: Comparison) -> dict[str, Any]:
         "min_difference": comp.min_difference,
         "min_n": comp.min_n,
         "truncated_share": comp.truncated_share,
+        "profiles": [
+            None
+            if p is None
+            else {
+                "path": str(p.path),
+                "decode_allreduce_ratio": p.decode_allreduce_ratio,
+                "decode_steps": p.decode_steps,
+            }
+            for p in comp.profiles
+        ],
+        "crossovers": [_crossover_json(c) for c in comp.crossovers],
         "levels": levels,
     }

@@ -115,6 +115,20 @@ def _resample(
     return out
 
 
+def bootstrap_statistic(
+    values: Sequence[float],
+    *,
+    n_boot: int,
+    rng: np.random.Generator,
+    stat: Statistic = row_median,
+    block: int = 1,
+) -> FloatArray:
+    """``n_boot`` moving-block resamples of ``values`` (start order), ``stat`` of each:
+    the replicates :func:`bootstrap_difference` draws, for statistics built from several
+    of them (the crossover of :mod:`specload.compare.crossover`)."""
+    return _resample(np.asarray(values, dtype=np.float64), n_boot, rng, stat, block)
+
+
 def bootstrap_difference(
     a: Sequence[float],
     b: Sequence[float],

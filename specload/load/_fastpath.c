@@ -48,6 +48,7 @@
     X(long long, T_LONGLONG, tokens_content_exact)                                     \
     X(long long, T_LONGLONG, unattributed)                                             \
     X(long long, T_LONGLONG, _pending_tokens)                                          \
+    X(long long, T_LONGLONG, tokens_textless) /* after the first text: no chunk of theirs */ \
     X(long long, T_LONGLONG, chunks_reasoning)                                         \
     X(long long, T_LONGLONG, chunks_content)                                           \
     X(int, T_INT, last_channel)                                                        \
@@ -67,7 +68,8 @@
     X(_chunk_tokens)     \
     X(_mixed)            \
     X(_text_reasoning)   \
-    X(_text_content)
+    X(_text_content)     \
+    X(_spec)
 
 #define SCALAR_FIELD(ctype, member_type, name) ctype name;
 #define OBJECT_FIELD(name) PyObject *name;
@@ -490,6 +492,9 @@ static int root_member(Cursor *c, const char *key, Py_ssize_t n, Event *ev, int 
             if (skip_value(c, depth + 1) < 0) return 0;
         }
     }
+    /* Per-request metrics (vLLM's metrics.speculative_decoding, on the last chunk): the
+     * full path keeps them. */
+    if (key_is(key, n, "metrics", 7)) return 0;
     if (key_is(key, n, "usage", 5)) {
         if (!mark(seen, 2)) return 0;
         if (*c->p == 'n') return scan_literal(c, "null", 4);
@@ -641,9 +646,13 @@ static int meter_feed(MeterCore *self, const char *data, Py_ssize_t n, PyObject 
         }
         if (!ev->reasoning_text && !ev->content_text) {
             if (ntok > 0 && self->continuous) {
-                if (is_none(self->first_t)) self->_pending_tokens += ntok;
-                else if (self->last_channel) self->tokens_content_exact += ntok;
-                else self->tokens_reasoning_exact += ntok;
+                if (is_none(self->first_t)) {
+                    self->_pending_tokens += ntok;
+                } else {
+                    self->tokens_textless += ntok;
+                    if (self->last_channel) self->tokens_content_exact += ntok;
+                    else self->tokens_reasoning_exact += ntok;
+                }
             }
             continue;
         }

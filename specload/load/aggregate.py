@@ -34,6 +34,7 @@ from typing import Any
 
 from specload.histogram import Histogram, exact_quantile
 from specload.load.records import RequestRecord
+from specload.load.specdecode import SpecTally
 
 # Per-request values kept exactly; the two ITL views are histograms.
 VALUE_NAMES = ("ttft", "ttfct", "tpot", "e2el")
@@ -76,6 +77,7 @@ class Stats:
     answered_lengths: list[int] = field(default_factory=list, repr=False)
     truncated_categories: Counter[str] = field(default_factory=Counter)
     max_tokens_seen: int | None = None
+    spec: SpecTally = field(default_factory=SpecTally)  # completed requests' spec_decode
 
     @property
     def tokens_output(self) -> int:
@@ -141,6 +143,8 @@ class Stats:
             if value is not None:
                 values[name].append(value)
         self._sorted = False
+        if r.spec_decode is not None:
+            self.spec.add(r.spec_decode, r.tokens_output)
         if r.itl_token_hist is not None:
             self.itl.merge(r.itl_token_hist)
         if r.itl_chunk_hist is not None:
@@ -184,6 +188,7 @@ class Stats:
         self._sorted = False
         self.itl.merge(other.itl)
         self.itl_chunk.merge(other.itl_chunk)
+        self.spec.merge(other.spec)
 
     # -- reading --------------------------------------------------------------
     def _sorted_values(self) -> dict[str, list[float]]:
@@ -267,6 +272,7 @@ class Stats:
         out["coalesced_chunk_share"] = self.chunks_coalesced / self.chunks if self.chunks else None
         out["tokens_estimated"] = self.tokens_estimated
         out["errors"] = dict(sorted(self.errors.items()))
+        out["spec_decode"] = self.spec.result()
         return out
 
 

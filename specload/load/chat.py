@@ -15,6 +15,7 @@ and the user goes on.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ from specload.load.meter import (
     TokenIdMeter,
     meter_message,
 )
+from specload.load.options import WARMUP_SUFFIX
 from specload.load.records import RequestRecord
 from specload.load.response import FastReader
 from specload.prompts import Prompt
@@ -54,12 +56,34 @@ class ChatSettings:
     timeout_s: float = DEFAULT_TIMEOUT_S
     usage_stats: bool = True  # ask for include_usage + continuous_usage_stats
     return_token_ids: bool = False  # ask for the ids; the record keeps them
+    cache_bust: str | None = None  # the nonce that prefixes every prompt (--cache-bust)
 
     def __repr__(self) -> str:  # never show the API key
         return (
             f"ChatSettings(model={self.model!r}, variant={self.variant!r}, "
             f"max_tokens={self.max_tokens}, stream={self.stream})"
         )
+
+
+def cache_busted(
+    messages: Sequence[Mapping[str, Any]], nonce: str, step: str
+) -> Sequence[Mapping[str, Any]]:
+    """``messages`` with the first one's text prefixed by the nonce and the level (a
+    level's warm-up shares its level's prefix): the server's prefix cache holds nothing of
+    them from another level or run, while prompts repeated inside a level still share."""
+    if not messages:
+        return messages
+    level = step.removesuffix(WARMUP_SUFFIX)
+    first = dict(messages[0])
+    content = first.get("content")
+    tag = f"[run {nonce} {level}] "
+    if isinstance(content, str):
+        first["content"] = tag + content
+    elif isinstance(content, list):  # content parts: a text part first
+        first["content"] = [{"type": "text", "text": tag}, *content]
+    else:
+        return messages
+    return [first, *messages[1:]]
 
 
 class ChatRequester:
@@ -92,11 +116,14 @@ class ChatRequester:
     def close(self) -> None:
         self.connection.close()
 
-    def body(self, prompt: Prompt) -> bytes:
+    def body(self, prompt: Prompt, step: str = "") -> bytes:
         s = self.settings
+        messages: Sequence[Mapping[str, Any]] = prompt.messages
+        if s.cache_bust:
+            messages = cache_busted(messages, s.cache_bust, step)
         body: dict[str, Any] = {
             "model": s.model,
-            "messages": prompt.messages,
+            "messages": messages,
             "max_tokens": s.max_tokens if s.max_tokens is not None else prompt.max_tokens,
             "stream": s.stream,
         }
@@ -110,7 +137,7 @@ class ChatRequester:
 
     def send(self, prompt: Prompt, step: str) -> RequestRecord:
         s = self.settings
-        body = self.body(prompt)
+        body = self.body(prompt, step)
         headers = self._headers + f"X-Specload-Category: {prompt.category}\r\n".encode()
         record = RequestRecord(
             category=prompt.category,

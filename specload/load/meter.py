@@ -33,9 +33,12 @@ import orjson
 
 from specload.histogram import Histogram
 from specload.load.records import ARRIVAL_SAMPLE_S, RequestRecord
+from specload.load.specdecode import record_spec_decode
 from specload.load.switches import SWITCHES, extension
 
 _loads = orjson.loads
+# Channel splits that give the exact index of the first content token.
+ONE_SPLIT = frozenset({"exact", "single-channel"})
 ReadBuffer = bytes | bytearray | memoryview
 
 # Completion tokens believed when the request set no max_tokens (the server's own
@@ -109,6 +112,7 @@ class CoreState:
     tokens_content_exact: int
     unattributed: int
     _pending_tokens: int
+    tokens_textless: int
     _mixed: list[tuple[int, str, str]]
     last_channel: int
     _usage: dict[str, Any] | bytes | None
@@ -117,6 +121,7 @@ class CoreState:
     sse_pending: bool
     _text_reasoning: list[str]
     _text_content: list[str]
+    _spec: Any
 
 
 class PyMeterCore:
@@ -179,6 +184,7 @@ class _MeterLogic(_StateBase):
         self.tokens_content_exact = 0
         self.unattributed = 0
         self._pending_tokens = 0  # tokens announced before any text (a role chunk)
+        self.tokens_textless = 0  # tokens in chunks without text after the first text
         self._mixed = []  # chunks with both channels
         self.last_channel = 0  # 0 reasoning, 1 content
         self._usage = None  # the last usage: a dict, or its raw JSON (from the fast path)
@@ -187,6 +193,7 @@ class _MeterLogic(_StateBase):
         self.sse_pending = False  # the SSE decoder holds part of an event: no fast path
         self._text_reasoning = []
         self._text_content = []
+        self._spec = None  # the server's metrics.speculative_decoding (the last chunk's)
 
     @property
     def final_usage(self) -> dict[str, Any] | None:
@@ -264,6 +271,13 @@ class _MeterLogic(_StateBase):
             if cum is not None:
                 ntok = cum - self._prev_cum
                 self._prev_cum = cum
+        metrics = obj.get("metrics")
+        if metrics is not None:
+            # vLLM's per-request metrics (--per-request-spec-decode-metrics): on the final
+            # usage chunk, or the response. Checked when the record is made, never here.
+            spec = metrics.get("speculative_decoding") if type(metrics) is dict else metrics
+            if spec is not None:
+                self._spec = spec
         if fr is not None:
             self.finish_reason = fr
         has_text = bool(reasoning) or bool(content)
@@ -273,10 +287,12 @@ class _MeterLogic(_StateBase):
                 # after (a stop token, a final chunk), to the channel before.
                 if self.first_t is None:
                     self._pending_tokens += ntok
-                elif self.last_channel:
-                    self.tokens_content_exact += ntok
                 else:
-                    self.tokens_reasoning_exact += ntok
+                    self.tokens_textless += ntok
+                    if self.last_channel:
+                        self.tokens_content_exact += ntok
+                    else:
+                        self.tokens_reasoning_exact += ntok
             return
         if ntok < 0:
             self.continuous = False
@@ -406,6 +422,26 @@ class _MeterLogic(_StateBase):
             record.itl_token_hist = per_token if per_token.count else None
         if record.tokens_output > 0 and self.first_t is not None:
             record.arrivals = self._arrivals(record.tokens_output, source == "exact", ordered)
+        if self._spec is not None:
+            record.spec_decode = record_spec_decode(
+                self._spec,
+                content_start=record.tokens_reasoning if split in ONE_SPLIT else None,
+                tokens_output=record.tokens_output,
+                sizes=self.chunk_sizes() if source == "exact" else None,
+            )
+
+    def chunk_sizes(self) -> list[int] | None:
+        """Tokens per token-bearing chunk, in order (exact counts only; None otherwise):
+        the first chunk's (with any sent before the first text), then each one's, then the
+        tokens of chunks without text after the first text, as one last chunk."""
+        if not (self.continuous and self._prev_cum > 0) or self._mixed or self.first_t is None:
+            return None
+        rest = self._chunk_tokens
+        tail = self.tokens_textless
+        first = self._prev_cum - sum(rest) - tail
+        if first < 1:
+            return None
+        return [first, *rest, tail] if tail else [first, *rest]
 
     def _arrivals(self, total: int, exact: bool, ordered: bool) -> list[list[float]]:
         """``[offset_s, cumulative_tokens]`` samples (see ``RequestRecord.arrivals``).
@@ -658,6 +694,8 @@ def meter_message(message: dict[str, Any], meter: StreamMeter, now: float) -> No
     }
     if message.get("usage") is not None:
         chunk["usage"] = message["usage"]
+    if message.get("metrics") is not None:
+        chunk["metrics"] = message["metrics"]
     if isinstance(meter, TokenIdMeter):
         chunk["prompt_token_ids"] = message.get("prompt_token_ids")
         chunk["choices"][0]["token_ids"] = choices[0].get("token_ids")

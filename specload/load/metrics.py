@@ -34,6 +34,7 @@ FIXED_ERROR_KINDS = tuple(k for k in ERROR_KINDS if not k.startswith("http_") an
 log = logging.getLogger(__name__)
 
 LABELS = ("variant", "model", "category", "step")
+SPEC_CHANNELS = ("reasoning", "content", "unknown")
 _LATENCY = ("ttft", "ttfct", "e2e")
 _PER_TOKEN = ("tpot", "itl")
 
@@ -54,6 +55,9 @@ class _Series:
     coalesced: int = 0
     backoffs: int = 0
     backoff_s: float = 0.0
+    # Speculative decoding by channel (reasoning, content, unknown): [drafts, draft
+    # tokens, accepted tokens], from the server's per-request counts; None: none seen.
+    spec: dict[str, list[int]] | None = None
 
 
 class ClientMetrics:
@@ -102,6 +106,9 @@ class ClientMetrics:
                 itl = h["itl"]
                 for value, count in r.itl_token_hist.buckets():
                     itl.add(value, count)
+            sd = r.spec_decode
+            if sd is not None and sd.get("source") == "server" and sd.get("error") is None:
+                _add_spec(s, sd)
         elif r.error_kind == "unfinished":
             # Stopped by the run, not failed by the target: its own outcome, not an error.
             s.outcomes["unfinished"] = s.outcomes.get("unfinished", 0) + 1
@@ -169,8 +176,23 @@ class ClientMetrics:
             "(backoff, Retry-After), labelled as the request before the wait.",
             labels=LABELS,
         )
+        spec_help = {
+            "drafts": "Verify steps (steps with draft tokens), from the server's per-request "
+            "counts; channel: where the step's first token went (unknown: split not known).",
+            "draft_tokens": "Draft tokens proposed, from the server's per-request counts.",
+            "accepted_tokens": "Draft tokens accepted, from the server's per-request counts.",
+        }
+        spec_fams = [
+            CounterMetricFamily(
+                f"specload_client_spec_decode_{n}", doc, labels=(*LABELS, "channel")
+            )
+            for n, doc in spec_help.items()
+        ]
         for key, s in self._series.items():
             labels = list(key)
+            for channel, counts in (s.spec or {}).items():
+                for spec_fam, n in zip(spec_fams, counts, strict=True):
+                    spec_fam.add_metric([*labels, channel], n)
             coalesced.add_metric(labels, s.coalesced)
             backoffs.add_metric(labels, s.backoffs)
             backoff_s.add_metric(labels, s.backoff_s)
@@ -185,7 +207,7 @@ class ClientMetrics:
                 err.add_metric([*labels, kind], n)
             trunc.add_metric(labels, s.truncated)
             chunks.add_metric(labels, s.chunks)
-        yield from (tok, req, err, trunc, chunks, coalesced, backoffs, backoff_s)
+        yield from (tok, req, err, trunc, chunks, coalesced, backoffs, backoff_s, *spec_fams)
         yield GaugeMetricFamily(
             "specload_client_users", "Locust users running.", value=self._users()
         )
@@ -194,6 +216,19 @@ class ClientMetrics:
             "Requests started on workers that went missing, never reported.",
             value=self._lost(),
         )
+
+
+def _add_spec(s: _Series, sd: dict[str, Any]) -> None:
+    spec = s.spec
+    if spec is None:
+        spec = s.spec = {c: [0, 0, 0] for c in SPEC_CHANNELS}
+    parts = [(c, sd[c]) for c in ("reasoning", "content") if isinstance(sd.get(c), dict)]
+    if not parts:
+        parts = [("unknown", sd)]
+    for channel, part in parts:
+        tally = spec[channel]
+        for i, key in enumerate(("drafts", "draft_tokens", "accepted_tokens")):
+            tally[i] += int(part.get(key) or 0)
 
 
 def parse_address(text: str) -> tuple[str, int] | None:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 from typing import Any
 
 from specload.errors import UsageError
 
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9647"  # loopback; containers set 0.0.0.0 explicitly
 DEFAULT_STEP = "run"
+# Ends a warm-up step's name (specload.sweep.plan.Level.warmup_name).
+WARMUP_SUFFIX = "-warmup"
+_CACHE_BUST_OFF = frozenset({"", "off", "false", "0", "no"})
+_CACHE_BUST_ON = frozenset({"on", "true", "1", "yes"})
 
 
 def _bool(text: str) -> bool:
@@ -95,6 +100,15 @@ def add_options(parser: Any) -> None:
         "(specload run writes them to tokens.jsonl, for `specload predict`)",
     )
     add(
+        "--cache-bust",
+        default="off",
+        env_var="SPECLOAD_CACHE_BUST",
+        help="prefix every prompt with a nonce of the run and level, so no level reuses "
+        "the prefix cache of another (or of an earlier run): for servers whose cache "
+        "cannot be reset (off, on, or the nonce itself; specload run shares one nonce "
+        "with its workers)",
+    )
+    add(
         "--request-timeout",
         type=float,
         default=600.0,
@@ -167,5 +181,28 @@ def validate(options: Any) -> None:
             f"--temperature: {options.temperature} must be between 0 and {MAX_TEMPERATURE:g}"
         )
     check_api_key(getattr(options, "api_key", "") or "")
+    check_cache_bust(getattr(options, "cache_bust", ""))
     if options.tokenizer and not os.path.exists(options.tokenizer):
         raise UsageError(f"--tokenizer: {options.tokenizer!r} does not exist")
+
+
+def cache_bust_nonce(value: Any) -> str | None:
+    """``--cache-bust`` as the nonce to use: None (off), a fresh one (on: this process's
+    own), or the value itself (what ``specload run`` hands its workers)."""
+    text = str(value or "").strip()
+    if text.lower() in _CACHE_BUST_OFF:
+        return None
+    if text.lower() in _CACHE_BUST_ON:
+        return secrets.token_hex(4)
+    return text
+
+
+def check_cache_bust(value: Any) -> None:
+    text = str(value or "").strip()
+    if text.lower() in _CACHE_BUST_OFF | _CACHE_BUST_ON:
+        return
+    if not (1 <= len(text) <= 32) or not all(ch.isalnum() or ch in "-_" for ch in text):
+        raise UsageError(
+            f"--cache-bust: {text[:40]!r} must be off, on, or a nonce of up to 32 letters, "
+            "digits, - or _"
+        )

@@ -88,6 +88,9 @@ class RequestRecord:
     # Token ids (``--record-token-ids``; None otherwise or when the server sent none):
     # the prompt's, the output's, and how many output ids came before the first content
     # chunk (None: no content). Not part of :meth:`to_dict` unless asked (tokens.jsonl).
+    # Speculative decoding (specload.load.specdecode): the server's per-request counts,
+    # split by channel where known; None when the server sent none.
+    spec_decode: dict[str, Any] | None = None
     prompt_ids: list[int] | None = field(default=None, repr=False)
     output_ids: list[int] | None = field(default=None, repr=False)
     content_start: int | None = None

@@ -52,7 +52,7 @@ from specload.load.messages import (
 )
 from specload.load.meter import TokenCounter
 from specload.load.metrics import ClientMetrics, parse_address, serve
-from specload.load.options import DEFAULT_STEP, validate
+from specload.load.options import DEFAULT_STEP, cache_bust_nonce, validate
 from specload.load.records import RequestRecord
 from specload.load.report import fire_locust_events, stats_html, write_csv
 from specload.prompts import Prompt, PromptSampler, load_prompt_set
@@ -319,6 +319,7 @@ class LoadSession:
                     timeout_s=getattr(o, "request_timeout", 600.0) if o else 600.0,
                     usage_stats=getattr(o, "usage_stats", True) if o else True,
                     return_token_ids=bool(getattr(o, "record_token_ids", False)) if o else False,
+                    cache_bust=cache_bust_nonce(getattr(o, "cache_bust", "") if o else ""),
                 )
         return self._settings
 

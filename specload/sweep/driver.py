@@ -29,6 +29,9 @@ from typing import Any, Protocol
 from specload.load.records import RequestRecord
 from specload.results.aggregate import LevelAggregate, assess_level
 from specload.sweep.plan import Level, SweepPlan
+from specload.sweep.reconcile import Reconciler, reconcile_flags, reconcile_warnings
+from specload.sweep.reconcile import verdicts as reconcile_verdicts
+from specload.sweep.server_metrics import CacheReset
 from specload.sweep.window import Outage, Window
 
 log = logging.getLogger("specload.sweep")
@@ -93,6 +96,8 @@ class LevelState:
     lost_at_start: int = 0
     lost: int = 0
     started: int = 0  # records of this level's step that arrived
+    reconciler: Reconciler | None = None
+    cache_reset: CacheReset | None = None
 
     @property
     def outages(self) -> list[Outage]:
@@ -128,6 +133,7 @@ class SweepDriver:
         tick_s: float = 0.05,
         drain_timeout_s: float = 60.0,
         on_tick: Callable[[SweepDriver], None] | None = None,
+        reset_cache: Callable[[], CacheReset] | None = None,
     ) -> None:
         self.plan = plan
         self.backend = backend
@@ -142,6 +148,7 @@ class SweepDriver:
         self.tick_s = tick_s
         self.drain_timeout_s = drain_timeout_s
         self.on_tick = on_tick
+        self.reset_cache = reset_cache
         self.states = [LevelState(level) for level in plan.levels]
         self._by_step = {s.level.name: s for s in self.states}
         self.current: LevelState | None = None
@@ -164,6 +171,9 @@ class SweepDriver:
         self.records += 1
         if self.on_record_written is not None:
             self.on_record_written(record)
+        for s in self.states:
+            if s.reconciler is not None:
+                s.reconciler.add(record)
         if record.error_kind in CONNECTION_ERRORS:
             if not self._suspect_outage:
                 self._suspect_since = self.clock()
@@ -227,6 +237,10 @@ class SweepDriver:
         self.current = state
         state.started_at = iso(self.wall())
         state.lost_at_start = self.backend.lost()
+        if self.reset_cache is not None:
+            state.cache_reset = reset = self.reset_cache()
+            if not reset.again:
+                self.reset_cache = None  # the server does not serve it: once is enough
         log.info("level %s begins (%d users)", level.name, level.users)
         if level.warmup_s > 0:
             state.phase = "warmup"
@@ -264,6 +278,9 @@ class SweepDriver:
         probe = self.server_factory() if self.server_factory is not None else None
         if probe is not None:
             probe.start()  # within the first milliseconds of the window
+            times = getattr(probe, "start_times", None)
+            if times is not None:
+                state.reconciler = Reconciler(*times)
         self._run_window(state, state.window, level.name)
         state.window.finish(self.clock())
         state.window_end_wall = self.wall()
@@ -280,6 +297,9 @@ class SweepDriver:
             self.current = None
         if probe is not None:
             state.server = probe.end()
+            times = getattr(probe, "end_times", None)
+            if state.reconciler is not None and times is not None:
+                state.reconciler.close(*times)
         state.ended_at = state.window_ended_at
         state.phase = "done"
         for warning in self.level_warnings(state):
@@ -416,6 +436,8 @@ class SweepDriver:
                 }
             )
         numbers = state.aggregate.result(duration)
+        rec = state.reconciler.result(state.server) if state.reconciler is not None else None
+        spec_ok, tokens_ok = reconcile_verdicts(rec)
         users_held = state.users_area / state.users_time if state.users_time > 0 else None
         flags, warnings = assess_level(
             state.aggregate,
@@ -426,6 +448,11 @@ class SweepDriver:
             users_held=users_held,
             users_min=state.users_min,
         )
+        flags.extend(f for f in reconcile_flags(rec) if f not in flags)
+        warnings.extend(reconcile_warnings(rec))
+        reset = state.cache_reset
+        if reset is not None and reset.done is False:
+            warnings.append(f"the server's prefix cache was not reset: {reset.detail}")
         return {
             "name": level.name,
             "concurrency": level.concurrency,
@@ -450,6 +477,11 @@ class SweepDriver:
             "warnings": warnings,
             "outages": outages,
             "server": state.server,
+            "prefix_cache_reset": reset.done if reset is not None else None,
+            "prefix_cache_hit_ratio": state.server.get("prefix_cache_hit_ratio"),
+            "reconciliation": rec,
+            "spec_decode_reconciled": spec_ok,
+            "tokens_reconciled": tokens_ok,
         }
 
     def level_warnings(self, state: LevelState) -> list[str]:

@@ -29,6 +29,7 @@ from locust.runners import WorkerRunner
 
 # The module, not the class: Locust would run every User class found in this file.
 from specload.load import user as _chat
+from specload.load.options import WARMUP_SUFFIX
 
 MSG_PACE = "specload:pace"
 # Closed-loop users in step end their streams in the same moment, and the client then
@@ -37,7 +38,6 @@ MSG_PACE = "specload:pace"
 # arrival stamp (bench/results/client.md). A warm-up spreads new users' first requests
 # over this many seconds; once apart, users with identical requests stay apart.
 START_SPREAD_S = 1.0
-WARMUP_SUFFIX = "-warmup"  # ends a warm-up step's name (specload.sweep.plan.Level.warmup_name)
 
 
 class Pacer:

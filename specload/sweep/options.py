@@ -146,6 +146,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="60s",
         help="at the end, longest wait for the last level's in-flight requests",
     )
+    sweep.add_argument(
+        "--prefix-cache-reset",
+        choices=("auto", "off"),
+        default="auto",
+        help="at the start of every level, reset the server's prefix cache where it "
+        "allows it (vLLM: POST /reset_prefix_cache, served with VLLM_SERVER_DEV_MODE=1), "
+        "so no level starts on another's warm cache (default auto; else see --cache-bust)",
+    )
     sweep.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     sweep.add_argument(
         "--progress",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from specload.durations import parse_duration
 from specload.errors import UsageError
+from specload.load.options import WARMUP_SUFFIX
 
 #: Bounds that keep a typo (``--concurrency 100000000000``, ``--request-rate 1e23``) from
 #: becoming a process that pins a core and fills memory without sending anything.
@@ -46,7 +47,7 @@ class Level:
 
     @property
     def warmup_name(self) -> str:
-        return f"{self.name}-warmup"
+        return self.name + WARMUP_SUFFIX
 
     @property
     def users(self) -> int:

@@ -16,6 +16,7 @@ counts from zero and the block says ``counter_reset``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from specload import promtext
 from specload import vllm_metrics as vm
 
 Scrape = Callable[[], str]
+Post = Callable[[str], httpx.Response]
 
 # Block key -> the counter's names (current first, then legacy ones).
 _COUNTERS: dict[str, tuple[str, ...]] = {
@@ -145,10 +147,14 @@ def server_block(start: Snapshot, end: Snapshot) -> dict[str, Any]:
 class ServerProbe:
     """Scrapes at a level's start and end; failures become ``{"error": ...}``, never a crash."""
 
-    def __init__(self, scrape: Scrape) -> None:
+    def __init__(self, scrape: Scrape, wall: Callable[[], float] = time.time) -> None:
         self._scrape = scrape
+        self._wall = wall
         self._start: Snapshot | None = None
         self._start_error: str | None = None
+        # Wall clock when each scrape was sent and answered (reconciliation brackets).
+        self.start_times: tuple[float, float] | None = None
+        self.end_times: tuple[float, float] | None = None
 
     def _read(self) -> tuple[Snapshot | None, str | None]:
         try:
@@ -157,12 +163,65 @@ class ServerProbe:
             return None, f"{type(exc).__name__}: {exc}"
 
     def start(self) -> None:
+        sent = self._wall()
         self._start, self._start_error = self._read()
+        self.start_times = (sent, self._wall())
 
     def end(self) -> dict[str, Any]:
+        sent = self._wall()
         end, error = self._read()
+        self.end_times = (sent, self._wall())
         if end is None:
             return {"error": f"scrape at level end failed: {error}"}
         if self._start is None:
             return {"error": f"scrape at level start failed: {self._start_error}"}
         return server_block(self._start, end)
+
+
+@dataclass(frozen=True)
+class CacheReset:
+    """What asking the server to reset its prefix cache gave: ``done`` True (reset), False
+    (asked, not done: ``detail`` says why); ``again``: worth asking at the next level
+    (False once the server said it does not serve the reset)."""
+
+    done: bool | None
+    detail: str | None = None
+    again: bool = True
+
+
+RESET_PATH = "/reset_prefix_cache"
+
+
+def reset_prefix_cache(post: Post, *, cache_bust: bool) -> CacheReset:
+    """POST ``/reset_prefix_cache`` (vLLM serves it with ``VLLM_SERVER_DEV_MODE=1``; it
+    answers ``{"success": false}`` while running requests hold cached blocks). Never
+    raises: a failure is a :class:`CacheReset` saying why."""
+    instead = (
+        "prompts carry a nonce per level instead (--cache-bust)"
+        if cache_bust
+        else "levels may start on a cache warmed by earlier ones (--cache-bust avoids it)"
+    )
+    try:
+        response = post(RESET_PATH)
+    except (httpx.HTTPError, OSError) as exc:
+        return CacheReset(False, f"POST {RESET_PATH} failed ({type(exc).__name__}); {instead}")
+    if response.status_code in (404, 405):
+        return CacheReset(
+            False,
+            f"the server does not serve POST {RESET_PATH} (HTTP {response.status_code}; vLLM "
+            f"serves it with VLLM_SERVER_DEV_MODE=1): {instead}",
+            again=False,
+        )
+    if response.status_code != 200:
+        return CacheReset(
+            False, f"POST {RESET_PATH} answered HTTP {response.status_code}; {instead}"
+        )
+    try:
+        success = response.json().get("success", True)
+    except (ValueError, AttributeError):
+        success = True  # 200 without the JSON body of vLLM 0.32: older servers
+    if success is False:
+        return CacheReset(
+            False, f"the server refused (requests still running held cached blocks); {instead}"
+        )
+    return CacheReset(True)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import gevent
+import httpx
 
 from specload import __version__
 from specload.errors import UsageError
@@ -39,7 +40,12 @@ from specload.sweep import readiness
 from specload.sweep.backend import LocustBackend
 from specload.sweep.driver import OutagePolicy, SweepDriver
 from specload.sweep.progress import Progress
-from specload.sweep.server_metrics import ServerProbe, http_scraper
+from specload.sweep.server_metrics import (
+    CacheReset,
+    ServerProbe,
+    http_scraper,
+    reset_prefix_cache,
+)
 from specload.sweep.settings import SweepSettings, check_metrics_port
 from specload.urls import redact_url
 
@@ -50,6 +56,7 @@ EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
 EXIT_OUTAGE = 3
 EXIT_ALL_FAILED = 4
 EXIT_WRITE_FAILED = 5
+RESET_TIMEOUT_S = 10.0  # POST /reset_prefix_cache: vLLM answers once the engine reset it
 NO_TOKEN_IDS = (
     "--record-token-ids: the server returned no token ids "
     "(it needs a vLLM that supports return_token_ids)"
@@ -126,6 +133,15 @@ def run_sweep(settings: SweepSettings) -> int:
             assert metrics_url is not None
             return ServerProbe(http_scraper(metrics_url))
 
+        def post(path: str) -> httpx.Response:
+            headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+            return httpx.post(url.root + path, headers=headers, timeout=RESET_TIMEOUT_S)
+
+        cache_bust = settings.load.get("cache_bust") not in (None, "", "off")
+
+        def reset_cache() -> CacheReset:
+            return reset_prefix_cache(post, cache_bust=cache_bust)
+
         def wait_again(timeout_s: float) -> None:
             readiness.wait_ready(
                 url,
@@ -158,6 +174,7 @@ def run_sweep(settings: SweepSettings) -> int:
             on_summary=lambda s: gevent.get_hub().threadpool.apply(writer.write_summary, (s,)),
             on_record_written=write_record,
             server=server_probe if metrics_url else None,
+            reset_cache=reset_cache if settings.prefix_cache_reset else None,
             outage=OutagePolicy(
                 mode=settings.on_outage,
                 timeout_s=settings.outage_timeout_s,

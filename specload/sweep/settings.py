@@ -23,6 +23,7 @@ from typing import Any, Literal, cast
 from specload.durations import parse_duration
 from specload.errors import UsageError
 from specload.load.metrics import parse_address
+from specload.load.options import cache_bust_nonce
 from specload.load.options import validate as validate_load_options
 from specload.results.writer import prepare_out_dir
 from specload.sweep.options import LOAD_OPTIONS, worker_argv
@@ -66,6 +67,8 @@ class SweepSettings:
     # The secret load options by dest (--api-key): workers get them by environment; never
     # shown, logged or written to the results.
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # Reset the server's prefix cache at the start of every level (where it allows it).
+    prefix_cache_reset: bool = True
 
     def __post_init__(self) -> None:
         for name in ("load", "given", "secrets"):  # copies nobody else holds: read-only
@@ -204,6 +207,9 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         if not key.startswith("_") and key not in _NOT_OPTIONS and key not in load_dests
     }
     load = {o.dest: getattr(args, o.dest) for o in LOAD_OPTIONS if not o.secret}
+    # One nonce for the run, shared with every worker: prompts repeated in a level still
+    # share their prefix, across processes too.
+    load["cache_bust"] = cache_bust_nonce(load.get("cache_bust")) or "off"
     secrets = {o.dest: getattr(args, o.dest) for o in LOAD_OPTIONS if o.secret}
     return SweepSettings(
         url=url,
@@ -223,4 +229,5 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         load=load,
         given=given,
         secrets=secrets,
+        prefix_cache_reset=args.prefix_cache_reset != "off",
     )

@@ -108,6 +108,17 @@ def test_values_equal_the_simulators_raw_counters(
         "tensor_parallel_size": "8", "vllm_version": "0.32.0",
     }  # fmt: skip
     assert sample(ex, "specload_variant_info", **info) == 1.0
+    queries, hits = "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"
+    assert c1[queries] > c0[queries] > 0
+    assert sample(ex, "specload_server_prefix_cache_queries_tokens_total", **m) == c1[queries]
+    assert sample(ex, "specload_server_prefix_cache_hits_tokens_total", **m) == c1[hits]
+    assert sample(ex, "specload_server_prefix_cache_hit_ratio", **m, window="interval") == (
+        pytest.approx((c1[hits] - c0[hits]) / (c1[queries] - c0[queries]))
+    )
+    preemptions = "vllm:num_preemptions_total"
+    assert sample(ex, "specload_server_preemptions_total", **m) == c1[preemptions]
+    assert sample(ex, "specload_server_sleep_state", **m, state="awake") == 1.0
+    assert sample(ex, "specload_server_sleep_state", **m, state="discard_all") == 0.0
 
 
 class DowntimeProbe:

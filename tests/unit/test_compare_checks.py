@@ -63,6 +63,16 @@ def test_identical_setups_give_no_warning(tmp_path):
         ),
         ({}, {"model": "other"}, "model differs: baseline m, ngram other"),
         ({}, {"server_time_scale": 5.0}, "server time scale differs: baseline 2, ngram 5"),
+        (
+            {"usage_stats": False},
+            {},
+            "usage stats (token accounting) differs: baseline unset, ngram False",
+        ),
+        (
+            {"max_concurrency": 64},
+            {},
+            "max concurrency (open loop) differs: baseline unset, ngram 64",
+        ),
     ],
 )
 def test_each_difference_is_named(tmp_path, options, top, want):
@@ -232,3 +242,59 @@ def test_truncation_counted_from_records_without_the_summary_ratio(tmp_path):
     comp = compare_runs([load_run(a), load_run(b)], n_boot=200)
     assert comp.levels[0].truncated[0][ALL] == pytest.approx(0.9)
     assert comp.levels[0].cells[(ALL, "ttfct")].verdicts[1] == TRUNCATED
+
+
+def _levels(path, fn):
+    _edit(path, lambda s: [fn(level) for level in s["levels"]])
+
+
+def test_prefix_cache_hit_ratios_apart_are_named_per_level(tmp_path):
+    a = make_run(tmp_path / "a", "baseline", 13.6, levels=(1, 4))
+    b = make_run(tmp_path / "b", "ngram", 13.6, levels=(1, 4), seed=2)
+    ratios = {"a": {"c1": 0.10, "c4": 0.40}, "b": {"c1": 0.15, "c4": 0.12}}
+    for name, path in (("a", a), ("b", b)):
+        _levels(
+            path,
+            lambda level, name=name: level["server"].update(
+                prefix_cache_hit_ratio=ratios[name][level["name"]]
+            ),
+        )
+    warnings = comparability_warnings([load_run(a), load_run(b)])
+    hits = [w for w in warnings if w.startswith("prefix-cache hit ratio")]
+    # c1: 0.05 apart is within the documented gap; c4 is not
+    assert hits == [
+        "prefix-cache hit ratio differs at c4: baseline 0.400, ngram 0.120 (more than 0.05 "
+        "apart: cached prompt tokens skip their prefill)"
+    ]
+    with pytest.raises(UsageError, match="prefix-cache hit ratio differs at c4"):
+        compare_runs([load_run(a), load_run(b)], strict=True)
+    # one side without the ratio (a server without the counters): nothing to compare
+    _levels(b, lambda level: level["server"].pop("prefix_cache_hit_ratio"))
+    assert not [w for w in comparability_warnings([load_run(a), load_run(b)]) if "prefix" in w]
+
+
+def test_prefix_cache_reset_on_one_side_only_is_named(tmp_path):
+    a = make_run(tmp_path / "a", "baseline", 13.6, levels=(1, 4, 16), n=40)
+    b = make_run(tmp_path / "b", "ngram", 13.6, levels=(1, 4, 16), n=40, seed=2)
+    _levels(a, lambda level: level.update(prefix_cache_reset=True))
+    resets = {"c1": False, "c4": False, "c16": None}  # null: unknown, not compared
+    _levels(b, lambda level: level.update(prefix_cache_reset=resets[level["name"]]))
+    comp = compare_runs([load_run(a), load_run(b)], n_boot=200)
+    want = (
+        "prefix-cache reset differs at c1,c4: baseline reset the prefix cache at the level's "
+        "start, ngram did not"
+    )
+    assert [w for w in comp.warnings if "prefix" in w] == [want]
+    assert f"- {want}\n" in comparison_markdown(comp)
+    # the same on both sides, or absent on one (an older summary): no warning
+    _levels(b, lambda level: level.update(prefix_cache_reset=True))
+    assert not [w for w in comparability_warnings([load_run(a), load_run(b)]) if "prefix" in w]
+    _levels(b, lambda level: level.pop("prefix_cache_reset"))
+    assert not [w for w in comparability_warnings([load_run(a), load_run(b)]) if "prefix" in w]
+
+
+def test_concurrency_levels_that_differ_are_named(tmp_path):
+    a = make_run(tmp_path / "a", "baseline", 13.6, levels=(1, 4), n=40)
+    b = make_run(tmp_path / "b", "ngram", 13.6, levels=(1, 8), n=40, seed=2)
+    warnings = comparability_warnings([load_run(a), load_run(b)])
+    assert "levels differ: baseline c1,c4, ngram c1,c8 (compared: c1)" in warnings

@@ -293,6 +293,10 @@ def test_boards_cover_what_the_issue_asks_for() -> None:
         "category",
         "$reference",
         "baseline_ratio",
+        "variant_model_channel:specload_client_spec_decode_acceptance:ratio_5m",
+        "variant_model_channel:specload_client_spec_decode_acceptance_length:mean_5m",
+        "variant_model_step:specload_client_tpot_seconds:p50_5m",
+        "sum by (variant, model, step, le)",
     ):
         assert needle in variants, needle
     reload_ = text["specload-reload"]
