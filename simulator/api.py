@@ -11,6 +11,11 @@ tokens in the text too. With ``"return_token_ids": true`` the ids come too, wher
 0.32 puts them: chat — ``prompt_token_ids`` at the top level of the first (role) chunk and
 of a whole response, ``token_ids`` in each choice; completions — both in the choice
 (``prompt_token_ids`` on the first chunk only).
+
+With ``--per-request-spec-decode-metrics`` a request's ``metrics.speculative_decoding``
+(:mod:`simulator.spec_metrics`) rides on the final usage chunk of a stream, or at the top level
+of a whole response, for ``n`` 1 only, as vLLM 0.32 does. ``POST /reset_prefix_cache`` is
+vLLM's dev-mode route (404 with ``--dev-mode off``).
 """
 
 from __future__ import annotations
@@ -22,12 +27,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import parse_qs
 
 import orjson
 
 from simulator.engine import Sequence
 from simulator.faults import STATUS_FAULTS, STATUS_TYPES, FaultConfig
 from simulator.http import HttpConnection, Request
+from simulator.spec_metrics import RequestSpecDecode, SpecTruth
 from simulator.text import WORDS, prompt_token_ids
 from simulator.workload import CATEGORY_HEADER, category_of, draw_workload
 
@@ -82,6 +89,9 @@ class ApiConfig:
     fixed_workload: tuple[int, int] | None = None  # (reasoning, content) tokens for every request
     time_scale: float = 1.0  # told on /version, so results can say which clock they ran on
     text_seed: int = 0  # the outputs' text: request i of a server gets seed (text_seed, i)
+    # --per-request-spec-decode-metrics for this engine ("none" unless it speculates)
+    spec_decode_metrics: str = "none"
+    num_spec_tokens: int = 0
 
 
 def _text(ids: list[int]) -> str:
@@ -91,6 +101,29 @@ def _text(ids: list[int]) -> str:
 
 def _id_list(ids: list[int]) -> str:
     return "[" + ",".join(map(str, ids)) + "]"
+
+
+_TRUE = frozenset(("1", "true", "t", "yes", "y", "on"))
+_FALSE = frozenset(("0", "false", "f", "no", "n", "off"))
+
+
+def _query_bool(query: str, name: str) -> bool:
+    """A boolean query parameter as FastAPI reads one (absent: false); else a 422."""
+    values = parse_qs(query, keep_blank_values=True).get(name)
+    if not values:
+        return False
+    value = values[-1]
+    if value.lower() in _TRUE:
+        return True
+    if value.lower() in _FALSE:
+        return False
+    detail = {
+        "type": "bool_parsing",
+        "loc": ["query", name],
+        "msg": "Input should be a valid boolean, unable to interpret input",
+        "input": value,
+    }
+    raise BadRequest(orjson.dumps({"detail": [detail]}), 422)
 
 
 def error_body(message: str, err_type: str, code: int, param: str | None = None) -> bytes:
@@ -104,6 +137,17 @@ def _validation_error(kind: str, loc: str, msg: str, input_repr: str, ctx: str =
     detail = f"'type': '{kind}', 'loc': '{loc}', 'msg': '{msg}', 'input': {input_repr}{extra}"
     message = f"1 validation error:\n  {{{detail}}}"
     return error_body(message, "Bad Request", 400, loc)
+
+
+def _single_sequence(body: dict[str, Any], completion: bool) -> bool:
+    """One prompt, ``n`` 1: vLLM reports per-request metrics only then."""
+    n = body.get("n")
+    if n is not None and n != 1:
+        return False
+    prompt = body.get("prompt")
+    if completion and isinstance(prompt, list) and len(prompt) > 1:
+        return all(isinstance(p, int) for p in prompt)  # token ids: one prompt; else several
+    return True
 
 
 class BadRequest(Exception):
@@ -246,9 +290,15 @@ class Stream:
         return (self.head + body + usage + "}\n\n").encode()
 
     def usage_chunk(self) -> bytes:
+        spec = self.seq.spec if self.seq is not None else None
+        metrics = (
+            "" if spec is None else ',"metrics":' + orjson.dumps(spec.stream_metrics()).decode()
+        )
         return (
             self.head
-            + f'],"usage":{self._usage()},"system_fingerprint":"{SYSTEM_FINGERPRINT}"}}\n\n'
+            + f'],"usage":{self._usage()},"system_fingerprint":"{SYSTEM_FINGERPRINT}"'
+            + metrics
+            + "}\n\n"
         ).encode()
 
     # -- engine callback ---------------------------------------------------------------------
@@ -301,6 +351,15 @@ class Stream:
         self.tokens += r + c
         api = self.api
         api.tokens_sent += r + c
+        if finish is not None and seq.spec is not None and api.spec_truth is not None:
+            api.spec_truth.add(
+                seq.spec.truth(
+                    self.rid_text,
+                    seq.category,
+                    seq.generated,
+                    min(seq.generated, seq.reasoning_target),
+                )
+            )
         if not self.streaming:
             self.text_reasoning.append(reasoning)
             self.text_content.append(content)
@@ -361,6 +420,8 @@ class Stream:
         prompt_ids = self.prompt_ids if self.return_ids else None
         usage = orjson.loads(self._usage())
         usage["prompt_tokens_details"] = None
+        # vLLM's PerRequestMetrics.model_dump(): null without per-request metrics
+        metrics = seq.spec.response_metrics() if seq.spec is not None else None
         if self.completion:
             body: dict[str, Any] = {
                 "id": self.rid_text,
@@ -377,12 +438,15 @@ class Stream:
                         "token_ids": out_ids,
                         "prompt_logprobs": None,
                         "prompt_token_ids": prompt_ids,
+                        "routed_experts": None,
                     }
                 ],
                 "service_tier": None,
                 "system_fingerprint": SYSTEM_FINGERPRINT,
                 "usage": usage,
                 "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "metrics": metrics,
             }
         else:
             message: dict[str, Any] = {
@@ -412,6 +476,7 @@ class Stream:
                         "finish_reason": finish,
                         "stop_reason": None,
                         "token_ids": out_ids,
+                        "routed_experts": None,
                     }
                 ],
                 "service_tier": None,
@@ -419,7 +484,10 @@ class Stream:
                 "usage": usage,
                 "prompt_logprobs": None,
                 "prompt_token_ids": prompt_ids,
+                "prompt_text": None,
                 "kv_transfer_params": None,
+                "ec_transfer_params": None,
+                "metrics": metrics,
             }
         data = orjson.dumps(body)
         fault = self.fault
@@ -448,6 +516,8 @@ class SimApi:
         faults: FaultConfig,
         rng: random.Random,
         profiler: Any = None,
+        spec_truth: SpecTruth | None = None,
+        reset_prefix_cache: Callable[[bool], bool] | None = None,
     ) -> None:
         self.config = config
         self.driver = driver
@@ -455,6 +525,9 @@ class SimApi:
         self.faults = faults
         self.rng = rng
         self.profiler = profiler
+        self.spec_truth = spec_truth
+        # POST /reset_prefix_cache (vLLM: only with VLLM_SERVER_DEV_MODE=1); None: 404
+        self.reset_prefix_cache = reset_prefix_cache
         self.ids = itertools.count(int.from_bytes(rng.randbytes(4), "big") << 24)
         self.seq_ids = itertools.count(1)
         self.requests_served = 0
@@ -496,6 +569,13 @@ class SimApi:
                     }
                 ),
             )
+        elif path == "/reset_prefix_cache" and self.reset_prefix_cache is not None:
+            if method != "POST":
+                self._405(conn)
+                return
+            reset_running = _query_bool(req.query, "reset_running_requests")
+            ok = self.reset_prefix_cache(reset_running)
+            conn.respond(200, orjson.dumps({"success": ok}))
         elif path in ("/start_profile", "/stop_profile") and self.profiler is not None:
             if method != "POST":
                 self._405(conn)
@@ -708,6 +788,9 @@ class SimApi:
             prompt_ids=prompt_ids,
             text_seed=self.config.text_seed * 1_000_003 + rid,
         )
+        level = self.config.spec_decode_metrics
+        if level != "none" and _single_sequence(body, completion):
+            seq.spec = RequestSpecDecode(self.config.num_spec_tokens, detailed=level == "detailed")
         stream.seq = seq
         self.requests_served += 1
         driver = self.driver

@@ -21,6 +21,7 @@ from simulator.engine import SchedulerLimits
 from simulator.faults import FAULT_KINDS, FaultConfig, parse_fault_rates
 from simulator.limits import check_flag
 from simulator.server import FixedTiming, SimConfig, SimServer
+from simulator.spec_metrics import SPEC_METRICS_LEVELS
 from simulator.variants import VARIANTS, variant_named
 from specload.durations import parse_duration
 from specload.errors import UsageError
@@ -86,6 +87,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--reasoning-field",
         default="reasoning",
         help="delta field for reasoning: reasoning (vLLM >=0.16), reasoning_content, both",
+    )
+    g.add_argument(
+        "--per-request-spec-decode-metrics",
+        choices=SPEC_METRICS_LEVELS,
+        default="none",
+        help="vLLM 0.32's metrics.speculative_decoding in each response: none, summary, "
+        "detailed (speculative variants only)",
+    )
+    g.add_argument(
+        "--dev-mode",
+        choices=("on", "off"),
+        default="on",
+        help="serve POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1); off: 404",
     )
     g.add_argument("--max-model-len", type=int, default=262144)
     g.add_argument("--max-num-seqs", type=int, default=256)
@@ -173,6 +187,15 @@ def build_config(args: argparse.Namespace) -> SimConfig:
             reasoning_tokens=args.fixed_reasoning_tokens,
             content_tokens=args.fixed_content_tokens,
         )
+    if args.per_request_spec_decode_metrics != "none":
+        flag = f"--per-request-spec-decode-metrics {args.per_request_spec_decode_metrics}"
+        if not variant.speculative:
+            raise UsageError(
+                f"{flag}: requires speculative decoding (vLLM: --speculative-config); "
+                f"--variant {variant.name} does not speculate"
+            )
+        if fixed is not None:
+            raise UsageError(f"{flag}: --timing fixed does not speculate")
     if (
         args.profiler_dir is not None
         and args.profiler_dir.exists()
@@ -212,6 +235,8 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         degrade_factor=args.degrade_factor,
         allreduce_family=args.allreduce_kernel,
         variant_overrides=overrides,
+        spec_decode_metrics=args.per_request_spec_decode_metrics,
+        dev_mode=args.dev_mode == "on",
     )
 
 

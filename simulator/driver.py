@@ -23,6 +23,7 @@ from time import monotonic
 
 from simulator.engine import EngineCore, Sequence, StepPlan, record_finished
 from simulator.metrics import EngineMetrics
+from simulator.prefix_cache import PrefixCache, block_hashes
 
 log = logging.getLogger("simulator")
 
@@ -140,8 +141,10 @@ class FixedDriver:
         degradation: Degradation,
         lag: LagStats,
         kv_cache_tokens: int,
+        prefix_cache: PrefixCache | None = None,
     ) -> None:
         self.metrics = metrics
+        self.prefix_cache = prefix_cache
         self.ttft_s = ttft_s
         self.itl_s = itl_s
         self.tokens_per_chunk = tokens_per_chunk
@@ -167,6 +170,12 @@ class FixedDriver:
     def submit(self, seq: Sequence) -> None:
         loop = asyncio.get_running_loop()
         seq.scheduled = seq.arrival
+        cache = self.prefix_cache
+        if cache is not None:  # counted as the stepping engine does; timing unchanged
+            hashes = block_hashes(seq.prompt_ids(), cache.block_tokens)
+            seq.cached_tokens = cache.cached_tokens(hashes, seq.prompt_tokens)
+            cache.insert(hashes)
+        self.metrics.add_prefix_lookup(seq.prompt_tokens, seq.cached_tokens)
         due = seq.arrival + self.ttft_s
         self.kv_tokens += seq.prompt_tokens
         self.active[seq.rid] = (
@@ -198,9 +207,9 @@ class FixedDriver:
         seq.generated += n
         self.kv_tokens += n
         m.generation_tokens.value += n
-        m.h_iteration_tokens.observe(n + (seq.prompt_tokens if first else 0))
+        m.h_iteration_tokens.observe(n + (seq.prompt_tokens - seq.cached_tokens if first else 0))
         if first:
-            m.add_prompt_tokens(seq.prompt_tokens)
+            m.add_prompt_tokens(seq.prompt_tokens, seq.cached_tokens)
             m.h_ttft.observe(now - seq.arrival)
             seq.first_token = now
         else:

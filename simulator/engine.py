@@ -16,7 +16,13 @@ Two parts plug in:
   the target accepts (``accept``, in :meth:`EngineCore.complete`). None for a
   speculative variant means its own (:func:`simulator.speculation.speculator_for`:
   vLLM's n-gram rule over the sequence's text, or EAGLE-3's acceptance draws);
-  ``specload predict`` replays recorded step sequences through it.
+  ``specload predict`` replays recorded step sequences through it;
+* ``prefix_cache`` — a :class:`~simulator.prefix_cache.PrefixCache` (the server's; None in
+  calibration and ``specload predict``): on admission a prompt's leading cached blocks are
+  counted as vLLM counts them and only the rest is prefilled.
+
+A sequence with ``spec`` set (:class:`~simulator.spec_metrics.RequestSpecDecode`, by the API
+under ``--per-request-spec-decode-metrics``) observes each of its verify steps.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from typing import Protocol
 
 from simulator.costmodel import StepCost
 from simulator.metrics import EngineMetrics
+from simulator.prefix_cache import PrefixCache, block_hashes
+from simulator.spec_metrics import RequestSpecDecode
 from simulator.speculation import speculator_for
 from simulator.text import TextStream, synthetic_prompt_ids
 from simulator.variants import Variant
@@ -77,6 +85,8 @@ class Sequence:
         "_prompt_ids",
         "aborted",
         "arrival",
+        "block_hashes",
+        "cached_tokens",
         "category",
         "content_target",
         "emit",
@@ -89,6 +99,7 @@ class Sequence:
         "replay",
         "rid",
         "scheduled",
+        "spec",
         "target",
         "text",
         "text_seed",
@@ -126,6 +137,10 @@ class Sequence:
         self.last_token = -1.0
         self.emit = emit
         self.aborted = False
+        # Per-request speculative-decoding metrics (set by the API when asked for).
+        self.spec: RequestSpecDecode | None = None
+        self.block_hashes: list[int] | None = None  # the prompt's, for the prefix cache
+        self.cached_tokens = 0  # prompt tokens found in the prefix cache on admission
 
     @property
     def finish_reason(self) -> str:
@@ -187,6 +202,8 @@ class EngineCore:
     on_step: Callable[[StepPlan, float], None] | None = None
     # None: the variant's own (none without speculation).
     speculator: Speculator | None = None
+    # None: no prefix caching (every prompt token is computed; calibration, predict).
+    prefix_cache: PrefixCache | None = None
 
     def __post_init__(self) -> None:
         if self.speculator is None and self.variant.speculative:
@@ -225,10 +242,19 @@ class EngineCore:
         """Admit waiting requests and describe the next step; None when idle."""
         limits = self.limits
         prefill: list[Sequence] = []
-        prefill_tokens = 0
+        prefill_tokens = 0  # prompt tokens computed this step: the uncached ones
+        cache = self.prefix_cache
+        m = self.metrics
         while self.waiting and len(self.running) + len(prefill) < limits.max_num_seqs:
             seq = self.waiting[0]
-            budget_ok = prefill_tokens + seq.prompt_tokens <= limits.max_num_batched_tokens
+            cached = 0
+            hashes = seq.block_hashes
+            if cache is not None:
+                if hashes is None:
+                    hashes = seq.block_hashes = block_hashes(seq.prompt_ids(), cache.block_tokens)
+                cached = cache.cached_tokens(hashes, seq.prompt_tokens)
+            computed = seq.prompt_tokens - cached
+            budget_ok = prefill_tokens + computed <= limits.max_num_batched_tokens
             kv_ok = self.kv_tokens + seq.prompt_tokens <= limits.kv_cache_tokens
             if prefill and not (budget_ok and kv_ok):
                 break
@@ -236,8 +262,12 @@ class EngineCore:
                 break
             self.waiting.popleft()
             seq.scheduled = now
+            seq.cached_tokens = cached
+            if cache is not None and hashes is not None:
+                cache.insert(hashes)
+            m.add_prefix_lookup(seq.prompt_tokens, cached)  # vLLM counts on admission
             prefill.append(seq)
-            prefill_tokens += seq.prompt_tokens
+            prefill_tokens += computed
             self.kv_tokens += seq.prompt_tokens
         variant = self.variant
         decode: list[tuple[Sequence, int]] = []
@@ -308,6 +338,9 @@ class EngineCore:
                 n_accepted += accepted
                 for i in range(accepted):
                     per_pos[i].value += 1
+                spec_seq = seq.spec
+                if spec_seq is not None:  # the step's first token decides its channel
+                    spec_seq.observe(drafts, accepted, done < seq.reasoning_target)
                 n = 1 + accepted
                 if n > seq.target - done:  # noqa: PLR1730 (cheaper than min() here)
                     n = seq.target - done
@@ -334,7 +367,7 @@ class EngineCore:
         for seq in plan.prefill:
             if seq.aborted:
                 continue
-            m.add_prompt_tokens(seq.prompt_tokens)
+            m.add_prompt_tokens(seq.prompt_tokens, seq.cached_tokens)
             m.h_ttft.observe(now - seq.arrival)
             seq.first_token = seq.last_token = now
             seq.generated = 1
@@ -383,4 +416,4 @@ def record_finished(m: EngineMetrics, seq: Sequence, now: float) -> None:
     m.h_params_n.observe(1)
     m.h_params_max_tokens.observe(seq.max_tokens)
     m.h_num_preemptions.observe(0)
-    m.h_prefill_kv_computed.observe(seq.prompt_tokens)
+    m.h_prefill_kv_computed.observe(seq.prompt_tokens - seq.cached_tokens)

@@ -35,6 +35,15 @@ PARAMS_N_BUCKETS: tuple[float, ...] = (1, 2, 5, 10, 20)
 FINISH_REASONS: tuple[str, ...] = ("stop", "length", "abort", "error", "repetition")
 PREEMPTION_BUCKETS: tuple[float, ...] = (1, 2, 3, 4, 5, 10, 20)
 BASE_LABELS: tuple[str, ...] = ("model_name", "engine")
+#: ``vllm:prompt_tokens_cached_by_source``'s sources, in vLLM 0.32's order (the simulator's
+#: prefix cache is the device's).
+CACHE_HIT_SOURCES: tuple[str, ...] = ("device", "host", "p2p", "disk", "external_unspecified")
+_CACHED_BY_SOURCE_HELP = (
+    "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host "
+    "(offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or "
+    "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
+    "vllm:external_prefix_cache_hits."
+)
 _WAITING_BY_REASON_HELP = (
     "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for "
     "scheduling capacity; 'deferred' = deferred by transient constraints (LoRA budget, "
@@ -208,6 +217,7 @@ class EngineMetrics:
             s: c() for s in ("local_compute", "local_cache_hit", "external_kv_transfer")
         }
         self.prompt_tokens_cached = c()
+        self.prompt_tokens_cached_by_source = {s: c() for s in CACHE_HIT_SOURCES}
         self.generation_tokens = c()
         self.request_success = {reason: c() for reason in FINISH_REASONS}
 
@@ -231,10 +241,19 @@ class EngineMetrics:
         self.h_num_preemptions = h(PREEMPTION_BUCKETS)
         self.h_prefill_kv_computed = h(token_buckets)
 
-    def add_prompt_tokens(self, n: int) -> None:
+    def add_prefix_lookup(self, prompt_tokens: int, cached_tokens: int) -> None:
+        """A request admitted: its prompt looked up in the prefix cache (vLLM counts the
+        lookup at admission, the prompt tokens when its prefill is done)."""
+        self.prefix_cache_queries.value += prompt_tokens
+        self.prefix_cache_hits.value += cached_tokens
+        self.prompt_tokens_cached_by_source["device"].value += cached_tokens
+
+    def add_prompt_tokens(self, n: int, cached: int = 0) -> None:
+        """A prefill done: ``n`` prompt tokens, ``cached`` of them from the prefix cache."""
         self.prompt_tokens.value += n
-        self.prompt_tokens_by_source["local_compute"].value += n
-        self.prefix_cache_queries.value += n
+        self.prompt_tokens_by_source["local_compute"].value += n - cached
+        self.prompt_tokens_by_source["local_cache_hit"].value += cached
+        self.prompt_tokens_cached.value += cached
 
     def render(self) -> bytes:
         w = _Writer()
@@ -321,6 +340,14 @@ class EngineMetrics:
             "vllm:prompt_tokens_cached",
             "Number of cached prompt tokens (local + external).",
             [(base, self.prompt_tokens_cached)],
+        )
+        w.counter(
+            "vllm:prompt_tokens_cached_by_source",
+            _CACHED_BY_SOURCE_HELP,
+            [
+                ((*base, ("source", s)), ctr)
+                for s, ctr in self.prompt_tokens_cached_by_source.items()
+            ],
         )
         w.counter(
             "vllm:generation_tokens",

@@ -9,7 +9,12 @@ control port (loopback) stays up throughout:
   scheduling lag, requests and tokens served;
 * ``POST /reload`` — optional JSON ``{"variant": "ngram", "load_time": 5}``;
 * ``POST /degrade`` — JSON ``{"factor": 2.0, "after": 0}``: step time x factor from
-  ``after`` seconds from now (factor 1 restores).
+  ``after`` seconds from now (factor 1 restores);
+* ``GET /truth/spec_decode`` — with ``--per-request-spec-decode-metrics``, the last finished
+  requests' verify steps split by channel, by response id (:mod:`simulator.spec_metrics`).
+
+Each engine has its own prefix cache (:mod:`simulator.prefix_cache`), emptied by the API
+port's ``POST /reset_prefix_cache`` unless ``--dev-mode off``.
 
 It answers loopback clients only, and not a web page they happen to be viewing: the
 ``Host`` header must be ``127.0.0.1:PORT``, ``localhost:PORT`` or ``[::1]:PORT`` (a
@@ -43,7 +48,9 @@ from simulator.faults import FaultConfig
 from simulator.http import HttpConnection, Request, serve
 from simulator.limits import DEGRADE_AFTER, DEGRADE_FACTOR, RELOAD_LOAD_TIME
 from simulator.metrics import EngineMetrics, cache_config_labels, process_families
+from simulator.prefix_cache import BLOCK_TOKENS, PrefixCache
 from simulator.profiler import Profiler
+from simulator.spec_metrics import SpecTruth
 from simulator.speculation import speculator_for
 from simulator.variants import Variant, variant_named
 from specload.errors import UsageError
@@ -107,6 +114,8 @@ class SimConfig:
     degrade_factor: float = 1.0
     allreduce_family: str = "nccl"
     variant_overrides: dict[str, str] = field(default_factory=dict)
+    spec_decode_metrics: str = "none"  # --per-request-spec-decode-metrics
+    dev_mode: bool = True  # POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1)
 
 
 class SimServer:
@@ -127,6 +136,8 @@ class SimServer:
         self.metrics: EngineMetrics | None = None
         self.driver: SteppingDriver | FixedDriver | None = None
         self.profiler: Profiler | None = None
+        self.prefix_cache: PrefixCache | None = None
+        self.spec_truth = SpecTruth()  # kept across reloads: response ids stay unique
         self.port = config.port
         self.control_port = config.control_port
         self._boot_task: asyncio.Task[None] | None = None
@@ -294,6 +305,9 @@ class SimServer:
             ),
         )
         self.metrics = metrics
+        # A fresh engine has an empty prefix cache; it holds as many blocks as the KV cache.
+        prefix_cache = PrefixCache(limits.kv_cache_tokens // BLOCK_TOKENS)
+        self.prefix_cache = prefix_cache
         self.degradation = Degradation()
         if config.degrade_after_s is not None:
             self.degradation = Degradation(
@@ -321,6 +335,7 @@ class SimServer:
                 degradation=self.degradation,
                 lag=self.lag,
                 kv_cache_tokens=limits.kv_cache_tokens,
+                prefix_cache=prefix_cache,
             )
         else:
             core_rng = random.Random(rng.random())
@@ -331,6 +346,7 @@ class SimServer:
                 core_rng,
                 limits,
                 speculator=speculator_for(variant, core_rng, max_model_len=config.max_model_len),
+                prefix_cache=prefix_cache,
             )
             driver = SteppingDriver(
                 core,
@@ -344,6 +360,12 @@ class SimServer:
         fixed_workload = None
         if config.fixed is not None:
             fixed_workload = (config.fixed.reasoning_tokens, config.fixed.content_tokens)
+        # Per-request spec-decode metrics only while the engine speculates (vLLM refuses the
+        # option without speculation; a reload may switch to a variant that does not).
+        spec_metrics = config.spec_decode_metrics
+        if spec_metrics != "none" and (not variant.speculative or config.fixed is not None):
+            log.info("per-request spec-decode metrics off: %s does not speculate", variant.name)
+            spec_metrics = "none"
         self.api = SimApi(
             ApiConfig(
                 model=config.model,
@@ -352,13 +374,37 @@ class SimServer:
                 fixed_workload=fixed_workload,
                 time_scale=config.time_scale,
                 text_seed=config.seed,
+                spec_decode_metrics=spec_metrics,
+                num_spec_tokens=variant.num_speculative_tokens if variant.speculative else 0,
             ),
             driver=driver,
             metrics_text=self._metrics_text,
             faults=config.faults,
             rng=rng,
             profiler=self.profiler,
+            spec_truth=self.spec_truth,
+            reset_prefix_cache=self._reset_prefix_cache if config.dev_mode else None,
         )
+
+    def _reset_prefix_cache(self, reset_running_requests: bool) -> bool:
+        """vLLM's ``POST /reset_prefix_cache``: refused (false) while requests hold KV blocks,
+        unless ``reset_running_requests`` (vLLM then preempts them; here they carry on)."""
+        log.info("Resetting prefix cache...")
+        driver = self.driver
+        in_use = 0
+        if isinstance(driver, SteppingDriver):
+            in_use = driver.core.kv_tokens
+        elif isinstance(driver, FixedDriver):
+            in_use = driver.kv_tokens
+        if in_use > 0 and not reset_running_requests:
+            log.warning(
+                "Failed to reset prefix cache because some blocks (%d) are not freed yet",
+                -(-in_use // BLOCK_TOKENS),
+            )
+            return False
+        if self.prefix_cache is not None:
+            self.prefix_cache.reset()
+        return True
 
     def _metrics_text(self) -> bytes:
         assert self.metrics is not None
@@ -430,6 +476,8 @@ class SimServer:
             conn.respond(200, orjson.dumps(self.state_json()))
         elif req.path == "/health" and req.method == "GET":
             conn.respond(200, b"{}")
+        elif req.path == "/truth/spec_decode" and req.method == "GET":
+            conn.respond(200, orjson.dumps(self.spec_truth.as_json()))
         elif req.path == "/reload" and req.method == "POST":
             variant = body.get("variant")
             try:

@@ -34,6 +34,8 @@ from typing import TypeVar
 
 from specload.promtext import Exposition, Family
 
+MODEL_LABEL = "model_name"  # vLLM labels every family with the served model
+
 __all__ = [
     "ACCEPTED",
     "ACCEPTED_PER_POS",
@@ -164,16 +166,30 @@ def first_family(fams: Exposition, names: str | Iterable[str]) -> Family | None:
     return None
 
 
-def counter_total(fams: Exposition, names: str | Iterable[str]) -> float | None:
-    """A counter's (or gauge's) value summed over its label sets; ``None`` if absent."""
-    fam = first_family(fams, names)
-    return None if fam is None else fam.total()
+def model_match(fam: Family, model: str | None) -> dict[str, str] | None:
+    """``{"model_name": model}`` where the family has series of that model (a server of
+    several models: only the run's), else None (every series)."""
+    if model and model in fam.label_values(MODEL_LABEL):
+        return {MODEL_LABEL: model}
+    return None
 
 
-def sum_count(fams: Exposition, names: str | Iterable[str]) -> tuple[float, float] | None:
-    """A histogram's ``(_sum, _count)`` summed over its label sets; ``None`` if absent."""
+def counter_total(
+    fams: Exposition, names: str | Iterable[str], model: str | None = None
+) -> float | None:
+    """A counter's (or gauge's) value summed over its label sets (of ``model`` where the
+    family names it: :func:`model_match`); ``None`` if absent."""
     fam = first_family(fams, names)
-    return None if fam is None else fam.sum_count()
+    return None if fam is None else fam.total(model_match(fam, model))
+
+
+def sum_count(
+    fams: Exposition, names: str | Iterable[str], model: str | None = None
+) -> tuple[float, float] | None:
+    """A histogram's ``(_sum, _count)`` summed over its label sets (of ``model``, as
+    :func:`counter_total`); ``None`` if absent."""
+    fam = first_family(fams, names)
+    return None if fam is None else fam.sum_count(model_match(fam, model))
 
 
 # -- reset-safe deltas ---------------------------------------------------------------------

@@ -425,16 +425,26 @@ class _MeterLogic(_StateBase):
         if self._spec is not None:
             record.spec_decode = record_spec_decode(
                 self._spec,
-                content_start=record.tokens_reasoning if split in ONE_SPLIT else None,
+                content_start=self._step_content_start(record, split, source),
                 tokens_output=record.tokens_output,
                 sizes=self.chunk_sizes() if source == "exact" else None,
             )
+
+    def _step_content_start(self, record: RequestRecord, split: str, source: str) -> int | None:
+        """Where the first step whose first token is content starts (output tokens before
+        it): the first content token with an exact split; with one chunk of both channels
+        (reasoning first: a step that ended the reasoning), the chunk after it."""
+        if split in ONE_SPLIT:
+            return record.tokens_reasoning
+        if source == "exact" and len(self._mixed) == 1:
+            return self.tokens_reasoning_exact + self.unattributed
+        return None
 
     def chunk_sizes(self) -> list[int] | None:
         """Tokens per token-bearing chunk, in order (exact counts only; None otherwise):
         the first chunk's (with any sent before the first text), then each one's, then the
         tokens of chunks without text after the first text, as one last chunk."""
-        if not (self.continuous and self._prev_cum > 0) or self._mixed or self.first_t is None:
+        if not (self.continuous and self._prev_cum > 0) or self.first_t is None:
             return None
         rest = self._chunk_tokens
         tail = self.tokens_textless

@@ -18,7 +18,7 @@ drafts and a chunk of one token either a step without drafts or a verify step th
 accepted none. The detailed steps are matched to the chunks in order
 (:func:`place_steps`), as early and as late as the chunks allow; a step whose channel
 differs between the two placements (only steps that accepted nothing can move) makes the
-split ``estimated`` (placed early), else it is ``exact``. Where chunks do not match
+split ``estimated`` (the step is placed midway), else it is ``exact``. Where chunks do not match
 (the server merged steps into one chunk) or counts are not per chunk, the split is known
 only when the request has one channel (``exact``), else it is absent.
 
@@ -206,9 +206,9 @@ def _split(
     counts = {c: [0, 0, 0] for c in CHANNELS}
     split = SPLIT_EXACT
     for a, d, pe, pl in zip(acc, drafted, early, late, strict=True):
-        channel = "reasoning" if pe < content_start else "content"
         if (pl < content_start) != (pe < content_start):
-            split = SPLIT_ESTIMATED
+            split = SPLIT_ESTIMATED  # placed midway between its earliest and latest token
+        channel = "reasoning" if pe + pl < 2 * content_start else "content"
         tally = counts[channel]
         tally[0] += 1
         tally[1] += d

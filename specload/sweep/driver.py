@@ -96,6 +96,7 @@ class LevelState:
     lost_at_start: int = 0
     lost: int = 0
     started: int = 0  # records of this level's step that arrived
+    probe: ServerSide | None = None
     reconciler: Reconciler | None = None
     cache_reset: CacheReset | None = None
 
@@ -251,6 +252,9 @@ class SweepDriver:
         else:
             state.phase = "measure"
             self.backend.set_step(level.name, level.requests)
+            # No warm-up: the first scrape goes before the users start, so a level whose
+            # requests all end inside its window brackets them whole (reconciled exactly).
+            self._start_probe(state)
             self.backend.start(level)
             self.sleep(0)  # let the users spawn before anything else runs
             self._open_window(state)
@@ -275,12 +279,9 @@ class SweepDriver:
             self.backend.set_step(level.name, level.requests)
             self._open_window(state)
         assert state.window is not None
-        probe = self.server_factory() if self.server_factory is not None else None
-        if probe is not None:
-            probe.start()  # within the first milliseconds of the window
-            times = getattr(probe, "start_times", None)
-            if times is not None:
-                state.reconciler = Reconciler(*times)
+        if state.probe is None:
+            self._start_probe(state)  # within the first milliseconds of the window
+        probe = state.probe
         self._run_window(state, state.window, level.name)
         state.window.finish(self.clock())
         state.window_end_wall = self.wall()
@@ -305,6 +306,15 @@ class SweepDriver:
         for warning in self.level_warnings(state):
             log.warning("level %s: %s", level.name, warning)
         self.write_summary()
+
+    def _start_probe(self, state: LevelState) -> None:
+        if self.server_factory is None:
+            return
+        probe = state.probe = self.server_factory()
+        probe.start()
+        times = getattr(probe, "start_times", None)
+        if times is not None:
+            state.reconciler = Reconciler(*times)
 
     def _run_window(self, state: LevelState, window: Window, step: str) -> None:
         while not window.done(self.clock()):

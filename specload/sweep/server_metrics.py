@@ -72,25 +72,26 @@ def http_scraper(url: str, timeout_s: float = 5.0) -> Scrape:
     return scrape
 
 
-def snapshot(text: str) -> Snapshot:
+def snapshot(text: str, model: str | None = None) -> Snapshot:
+    """The numbers of one scrape; of ``model``'s series where a family names several models."""
     fams = promtext.parse(text)
     counters: dict[str, float] = {}
     for key, names in _COUNTERS.items():
-        value = vm.counter_total(fams, names)
+        value = vm.counter_total(fams, names, model)
         if value is not None:
             counters[key] = value
     per_position: dict[str, float] = {}
     fam = fams.get_family(vm.ACCEPTED_PER_POS)
     if fam is not None:
-        per_position = fam.by_label("position")
+        per_position = fam.by_label("position", vm.model_match(fam, model))
     histograms: dict[str, tuple[float, float]] = {}
     for key, names in _HISTOGRAMS.items():
-        pair = vm.sum_count(fams, names)
+        pair = vm.sum_count(fams, names, model)
         if pair is not None:
             histograms[key] = pair
     gauges: dict[str, float] = {}
     for key, name in _V0_GAUGES.items():
-        value = vm.counter_total(fams, name)
+        value = vm.counter_total(fams, name, model)
         if value is not None:
             gauges[key] = value
     return Snapshot(counters, per_position, histograms, gauges)
@@ -147,9 +148,12 @@ def server_block(start: Snapshot, end: Snapshot) -> dict[str, Any]:
 class ServerProbe:
     """Scrapes at a level's start and end; failures become ``{"error": ...}``, never a crash."""
 
-    def __init__(self, scrape: Scrape, wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, scrape: Scrape, wall: Callable[[], float] = time.time, model: str | None = None
+    ) -> None:
         self._scrape = scrape
         self._wall = wall
+        self._model = model
         self._start: Snapshot | None = None
         self._start_error: str | None = None
         # Wall clock when each scrape was sent and answered (reconciliation brackets).
@@ -158,7 +162,7 @@ class ServerProbe:
 
     def _read(self) -> tuple[Snapshot | None, str | None]:
         try:
-            return snapshot(self._scrape()), None
+            return snapshot(self._scrape(), self._model), None
         except (httpx.HTTPError, promtext.PromTextError, OSError) as exc:
             return None, f"{type(exc).__name__}: {exc}"
 

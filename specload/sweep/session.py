@@ -131,7 +131,7 @@ def run_sweep(settings: SweepSettings) -> int:
 
         def server_probe() -> ServerProbe:
             assert metrics_url is not None
-            return ServerProbe(http_scraper(metrics_url))
+            return ServerProbe(http_scraper(metrics_url), model=model)
 
         def post(path: str) -> httpx.Response:
             headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
+from simulator.cli import add_arguments, build_config
 from simulator.costmodel import CostModel
 from simulator.variants import PRESETS
 from specload.cli import main
@@ -30,8 +33,15 @@ pytestmark = pytest.mark.unit
         (["--timing", "fixed", "--fixed-itl", "-1"], "--fixed-itl"),
         (["--port", "70000"], "--port 70000"),
         (["--max-num-seqs", "0"], "--max-num-seqs 0"),
+        # vLLM refuses per-request spec-decode metrics without speculation
+        (["--per-request-spec-decode-metrics", "summary"],
+         "--per-request-spec-decode-metrics summary: requires speculative decoding"),
+        (["--variant", "ngram", "--num-speculative-tokens", "0",
+          "--per-request-spec-decode-metrics", "detailed"], "--variant ngram does not speculate"),
+        (["--variant", "eagle3", "--timing", "fixed", "--per-request-spec-decode-metrics",
+          "summary"], "--timing fixed does not speculate"),
     ],
-)
+)  # fmt: skip
 def test_bad_flags_are_one_line_errors(
     args: list[str], needle: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -41,11 +51,29 @@ def test_bad_flags_are_one_line_errors(
     assert needle in err
 
 
-def test_argparse_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--port", "abc"],
+        ["--variant", "ngram", "--per-request-spec-decode-metrics", "full"],
+        ["--dev-mode", "maybe"],
+    ],
+)
+def test_argparse_errors_are_one_line(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
-        main(["sim", "--port", "abc"])
+        main(["sim", *args])
     assert exc.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_spec_metrics_and_dev_mode_options() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    default = build_config(parser.parse_args([]))
+    assert (default.spec_decode_metrics, default.dev_mode) == ("none", True)
+    args = ["--variant", "eagle3", "--per-request-spec-decode-metrics", "detailed"]
+    config = build_config(parser.parse_args([*args, "--dev-mode", "off"]))
+    assert (config.spec_decode_metrics, config.dev_mode) == ("detailed", False)
 
 
 def test_overrides_apply() -> None:
