@@ -57,6 +57,7 @@ class ChatSettings:
     usage_stats: bool = True  # ask for include_usage + continuous_usage_stats
     return_token_ids: bool = False  # ask for the ids; the record keeps them
     cache_bust: str | None = None  # the nonce that prefixes every prompt (--cache-bust)
+    spec_estimate: bool = False  # estimate spec_decode from chunks when the server sends none
 
     def __repr__(self) -> str:  # never show the API key
         return (
@@ -215,6 +216,8 @@ class ChatRequester:
                 record.error_detail = "stream ended without [DONE]"
             else:
                 record.ok = True
+                if s.spec_estimate and s.stream:
+                    meter.estimate_spec_decode(record)
         except RequestFailed as exc:
             record.error_kind = exc.kind
             record.error_detail = self._masked(exc.detail)[:_DETAIL_CHARS]

@@ -33,7 +33,7 @@ import orjson
 
 from specload.histogram import Histogram
 from specload.load.records import ARRIVAL_SAMPLE_S, RequestRecord
-from specload.load.specdecode import record_spec_decode
+from specload.load.specdecode import estimate_from_chunks, record_spec_decode
 from specload.load.switches import SWITCHES, extension
 
 _loads = orjson.loads
@@ -429,6 +429,19 @@ class _MeterLogic(_StateBase):
                 tokens_output=record.tokens_output,
                 sizes=self.chunk_sizes() if source == "exact" else None,
             )
+
+    def estimate_spec_decode(self, record: RequestRecord) -> None:
+        """``record.spec_decode`` estimated from tokens per chunk (the server sent no
+        per-request counts): only with exact counts per chunk and no two chunks read at
+        once (chunks that may hold several steps say nothing about one step)."""
+        if record.spec_decode is not None or record.chunks_coalesced or not record.ok:
+            return
+        source = record.token_count_source
+        sizes = self.chunk_sizes() if source == "exact" else None
+        if sizes is None:
+            return
+        start = self._step_content_start(record, record.channel_split_source, source)
+        record.spec_decode = estimate_from_chunks(sizes, start)
 
     def _step_content_start(self, record: RequestRecord, split: str, source: str) -> int | None:
         """Where the first step whose first token is content starts (output tokens before

@@ -109,6 +109,17 @@ def add_options(parser: Any) -> None:
         "with its workers)",
     )
     add(
+        "--spec-estimate",
+        type=_bool,
+        nargs="?",
+        const=True,
+        default=False,
+        env_var="SPECLOAD_SPEC_ESTIMATE",
+        help="when the server sends no per-request speculative-decoding counts, estimate "
+        "acceptance from tokens per chunk (exact counts, no chunks read together; marked "
+        "estimated). specload run turns it on when the server's /metrics show speculation",
+    )
+    add(
         "--request-timeout",
         type=float,
         default=600.0,

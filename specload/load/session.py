@@ -320,6 +320,7 @@ class LoadSession:
                     usage_stats=getattr(o, "usage_stats", True) if o else True,
                     return_token_ids=bool(getattr(o, "record_token_ids", False)) if o else False,
                     cache_bust=cache_bust_nonce(getattr(o, "cache_bust", "") if o else ""),
+                    spec_estimate=bool(getattr(o, "spec_estimate", False)) if o else False,
                 )
         return self._settings
 

@@ -229,3 +229,13 @@ def reset_prefix_cache(post: Post, *, cache_bust: bool) -> CacheReset:
             False, f"the server refused (requests still running held cached blocks); {instead}"
         )
     return CacheReset(True)
+
+
+def speculates(scrape: Scrape) -> bool:
+    """Whether the server's ``/metrics`` show speculative decoding (the drafts counter);
+    False when the page cannot be read."""
+    try:
+        fams = promtext.parse(scrape())
+    except (httpx.HTTPError, promtext.PromTextError, OSError):
+        return False
+    return vm.first_family(fams, (vm.DRAFTS,)) is not None

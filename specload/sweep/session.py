@@ -18,6 +18,7 @@ import logging
 import signal
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from specload.sweep.server_metrics import (
     ServerProbe,
     http_scraper,
     reset_prefix_cache,
+    speculates,
 )
 from specload.sweep.settings import SweepSettings, check_metrics_port
 from specload.urls import redact_url
@@ -109,6 +111,10 @@ def run_sweep(settings: SweepSettings) -> int:
         # and summary.json all see it.
         settings = settings.with_model(settings.model or ready.models[0])
         model = settings.model
+        # A speculating server: where it sends no per-request counts, estimate from chunks.
+        speculating = bool(metrics_url) and speculates(http_scraper(str(metrics_url)))
+        if speculating and not settings.load.get("spec_estimate"):
+            settings = replace(settings, load={**settings.load, "spec_estimate": True})
         progress.message(
             f"target ready after {ready.waited_s:.1f}s: model {model}, "
             f"server {ready.server_version or 'version unknown'}"

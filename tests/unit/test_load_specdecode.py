@@ -8,7 +8,10 @@ from typing import Any
 import orjson
 import pytest
 
+from specload.errors import UsageError
 from specload.load import meter as meter_mod
+from specload.load.chat import cache_busted
+from specload.load.options import cache_bust_nonce, check_cache_bust
 from specload.load.records import RequestRecord
 from specload.load.specdecode import (
     InvalidSpecMetrics,
@@ -249,3 +252,50 @@ def test_the_meter_carries_the_split_from_a_stream(meter_cls: Any) -> None:
     assert counts(sd["reasoning"]) == [1, 3, 2]
     assert counts(sd["content"]) == [2, 6, 1]
     assert m.chunk_sizes() == [1, 3, 1, 2, 1, 1]
+
+
+@pytest.mark.parametrize("meter_cls", METERS, ids=lambda c: c.__name__)
+def test_an_estimate_only_from_exact_chunks_read_apart(meter_cls: Any) -> None:
+    def metered(times: list[float]) -> tuple[Any, RequestRecord]:
+        m = meter_cls(0.0, max_tokens=100)
+        cum = 0
+        for t, (n, channel) in zip(times, [(1, "r"), (3, "r"), (1, "c"), (2, "c")], strict=True):
+            cum += n
+            text = "x" * n
+            m.feed(
+                _chunk(reasoning=text, cum=cum)
+                if channel == "r"
+                else _chunk(content=text, cum=cum),
+                t,
+            )
+        m.feed(b"[DONE]", times[-1])
+        record = RequestRecord("coding", "c1", "v", "m", 0.0, 1.0, ok=True)
+        m.finish(record, 1.0)
+        return m, record
+
+    m, record = metered([0.1, 0.2, 0.3, 0.4])
+    m.estimate_spec_decode(record)
+    sd = record.spec_decode
+    assert sd is not None and sd["source"] == "estimated"
+    assert sd["accepted_tokens"] == 3  # chunks of 3 and 2 tokens: 2 + 1 accepted
+    assert sd["reasoning"]["accepted_tokens"] == 2 and sd["content"]["accepted_tokens"] == 1
+    assert sd["drafts"] is None
+    # Two chunks read together: the estimate would count two steps as one.
+    m, record = metered([0.1, 0.2, 0.2, 0.4])
+    m.estimate_spec_decode(record)
+    assert record.spec_decode is None
+
+
+def test_cache_bust_prefixes_the_first_message_per_level() -> None:
+    messages = ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"})
+    warm = cache_busted(messages, "n1", "c4-warmup")
+    measured = cache_busted(messages, "n1", "c4")
+    assert warm == measured  # a level's warm-up shares its level's prefix
+    assert measured[0]["content"] == "[run n1 c4] Be brief." and measured[1] == messages[1]
+    assert cache_busted(messages, "n1", "c16")[0] != measured[0]
+    assert messages[0]["content"] == "Be brief."  # the prompt set is not changed
+    assert cache_bust_nonce("off") is None and cache_bust_nonce("abc") == "abc"
+    on = cache_bust_nonce("on")
+    assert on is not None and len(on) == 8
+    with pytest.raises(UsageError, match="--cache-bust"):
+        check_cache_bust("no spaces allowed")
