@@ -53,6 +53,49 @@ _STATUS_NOTES = {
 }
 
 
+def _pct(value: Any) -> str:
+    text = share(value)
+    return text if text == "-" else f"{value * 100:.1f}%"
+
+
+def _verdict(value: Any) -> str:
+    return "-" if value is None else ("yes" if value else "**no**")
+
+
+def _spec_lines(load: str, levels: Any) -> list[str]:
+    """The levels' speculative decoding from the requests' own counts, when any carried them."""
+    rows = [(level, level.get("spec_decode")) for level in levels]
+    if not any(sd for _, sd in rows):
+        return []
+    lines = [
+        "",
+        "## Speculative decoding (the server's per-request counts)",
+        "",
+        "acceptance: accepted / draft tokens over the level (per request: the mean of the "
+        "requests' own); length: 1 + accepted / verify steps; ideal: the speedup the "
+        "acceptance alone gives if a verify step costs a plain step; reconciled: the "
+        "requests' sums against the server's counters over the level.",
+        "",
+        f"| {load} | requests | acceptance | per request | length | reasoning | content "
+        "| ideal | reconciled |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for level, sd in rows:
+        if not sd:
+            continue
+        parts = [sd.get(c) or {} for c in ("reasoning", "content")]
+        lines.append(
+            f"| {level_label(level)} | {fmt(sd.get('requests'))} "
+            f"| {_pct(sd.get('acceptance_rate'))} "
+            f"| {_pct(sd.get('acceptance_rate_request_mean'))} "
+            f"| {fmt(sd.get('mean_acceptance_length'), 2)} "
+            + "".join(f"| {_pct(p.get('acceptance_rate'))} " for p in parts)
+            + f"| {fmt(sd.get('ideal_speedup'), 2)} "
+            f"| {_verdict(level.get('spec_decode_reconciled'))} |"
+        )
+    return lines
+
+
 def summary_markdown(summary: Mapping[str, Any]) -> str:
     load = "concurrency" if summary.get("mode", "closed") == "closed" else "request rate"
     levels = summary.get("levels", [])
@@ -125,6 +168,7 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
                     f"{share(c.get('reasoning_truncated_ratio'))}"
                 )
             lines.append(f"| {level_label(level)} | " + " | ".join(cells) + " |")
+    lines += _spec_lines(load, levels)
     outages = [(level, o) for level in summary.get("levels", []) for o in level.get("outages", [])]
     if outages:
         lines += ["", "## Outages", "", "| level | start | end | seconds |", "|---|---|---|---|"]
