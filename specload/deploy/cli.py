@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from specload.deploy import speculative
@@ -66,6 +67,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="eagle3: draft tensor-parallel size (vLLM's default if omitted)",
     )
     unit.add_argument(
+        "--per-request-spec-decode-metrics",
+        choices=speculative.PER_REQUEST_LEVELS,
+        metavar="LEVEL",
+        help="vLLM >= 0.32: per-request speculative-decoding counts on every response "
+        "(none, summary, detailed: what specload splits by channel); default: the unit's own; "
+        "never on the baseline (vLLM refuses it without speculation)",
+    )
+    unit.add_argument(
         "--out",
         metavar="PATH",
         help="where to write (default: <stem>-<variant>.service beside --from)",
@@ -95,6 +104,19 @@ def _spec_text(value: str) -> str:
 
 
 def build_variant(args: argparse.Namespace) -> speculative.Variant:
+    variant = _build_variant(args)
+    level = getattr(args, "per_request_spec_decode_metrics", None)
+    if level is None:
+        return variant
+    if variant.speculative_config is None and level != "none":
+        raise UsageError(
+            "--per-request-spec-decode-metrics: not for --variant baseline "
+            "(vLLM refuses it without speculation)"
+        )
+    return replace(variant, per_request_metrics=level)
+
+
+def _build_variant(args: argparse.Namespace) -> speculative.Variant:
     name = speculative.check_variant_name(args.variant)
     ngram_opts = {
         "--prompt-lookup-min": args.prompt_lookup_min,

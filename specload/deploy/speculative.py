@@ -17,6 +17,10 @@ from typing import Any
 
 from specload.errors import UsageError
 
+#: vLLM's per-request speculative-decoding metrics (``none``, ``summary``, ``detailed``).
+PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
+PER_REQUEST_LEVELS = ("none", "summary", "detailed")
+
 #: Flags that take a value (as the next word or after ``=``).
 FLAGS_WITH_VALUE = frozenset(
     {
@@ -38,6 +42,8 @@ FLAGS_WITH_VALUE = frozenset(
         "--typical-acceptance-sampler-posterior-threshold",
         "--typical-acceptance-sampler-posterior-alpha",
         "--disable-logprobs-during-spec-decoding",
+        # vLLM >= 0.32: per-request counts on responses; refused without speculation
+        PER_REQUEST_FLAG,
     }
 )
 #: Flags that stand alone.
@@ -54,6 +60,8 @@ class Variant:
     name: str
     #: vLLM's speculative config; None means no speculation (baseline).
     speculative_config: dict[str, Any] | None
+    #: ``--per-request-spec-decode-metrics`` for the variant; None: the source unit's own.
+    per_request_metrics: str | None = None
 
     def config_json(self) -> str:
         """Compact, key-ordered JSON, ASCII only (one word in ``ExecStart=``)."""

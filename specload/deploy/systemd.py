@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specload.deploy.execline import ExecLineError, Word, quote_word, split_words
-from specload.deploy.speculative import Variant, flag_name, speculative_flag
+from specload.deploy.speculative import PER_REQUEST_FLAG, Variant, flag_name, speculative_flag
 from specload.deploy.unitfile import Setting, UnitFile, UnitFileError, parse_unit
 from specload.errors import UsageError
 
@@ -92,6 +92,7 @@ def rewrite_unit(text: str, variant: Variant, *, where: str = "unit") -> Rewrite
             "ExecStart= uses environment variables; speculative flags inside them are not seen"
         )
     remove: list[int] = []
+    per_request: str | None = None  # the unit's own --per-request-spec-decode-metrics
     i = first + 1
     while i < len(words):
         name = flag_name(words[i].value)
@@ -100,7 +101,11 @@ def rewrite_unit(text: str, variant: Variant, *, where: str = "unit") -> Rewrite
         is_spec, takes_next = speculative_flag(words[i].value)
         if is_spec:
             remove.append(i)
+            if name == PER_REQUEST_FLAG and "=" in words[i].value:
+                per_request = words[i].value.split("=", 1)[1]
             if takes_next and i + 1 < len(words) and not words[i + 1].value.startswith("--"):
+                if name == PER_REQUEST_FLAG:
+                    per_request = words[i + 1].value
                 remove.append(i + 1)
                 i += 1
         i += 1
@@ -108,6 +113,10 @@ def rewrite_unit(text: str, variant: Variant, *, where: str = "unit") -> Rewrite
     new_raw: list[str] = []
     if variant.speculative_config is not None:
         new_raw = ["--speculative-config", quote_word(variant.config_json())]
+        # The per-request counts need speculation: kept for a speculative variant (or set).
+        level = variant.per_request_metrics or per_request
+        if level and level != "none":
+            new_raw += [PER_REQUEST_FLAG, quote_word(level)]
 
     lines = _edit_block(
         unit, setting=setting, words=words, remove=set(remove), new_raw=new_raw, where=where

@@ -7,6 +7,7 @@ import os
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -453,3 +454,31 @@ def test_reference_unit_is_the_documented_deployment() -> None:
     ):
         assert needle in text
     assert os.access(REFERENCE_UNIT, os.R_OK)
+
+
+# --- vLLM's per-request speculative-decoding counts -----------------------------------------
+
+
+def test_per_request_counts_go_with_speculation_only() -> None:
+    original = REFERENCE_UNIT.read_text()
+    detailed = replace(VARIANTS["ngram"], per_request_metrics="detailed")
+    words = exec_words(rewrite_unit(original, detailed).text)
+    flag = words.index("--per-request-spec-decode-metrics")
+    assert words[flag + 1] == "detailed"
+    assert words[flag - 2] == "--speculative-config"
+    ngram_unit = rewrite_unit(original, detailed).text
+    # Another speculative variant keeps the unit's own level; the baseline drops it (vLLM
+    # refuses it without speculation) and is the original again.
+    eagle = exec_words(rewrite_unit(ngram_unit, VARIANTS["eagle3"]).text)
+    assert eagle[eagle.index("--per-request-spec-decode-metrics") + 1] == "detailed"
+    assert rewrite_unit(ngram_unit, speculative.baseline()).text == original
+    off = replace(VARIANTS["eagle3"], per_request_metrics="none")
+    assert "--per-request-spec-decode-metrics" not in exec_words(rewrite_unit(ngram_unit, off).text)
+
+
+def test_per_request_counts_on_the_baseline_are_a_usage_error(tmp_path: Path, capsys) -> None:
+    unit = tmp_path / "vllm.service"
+    unit.write_text(REFERENCE_UNIT.read_text())
+    argv = ["deploy", "systemd", "--from", str(unit), "--variant", "baseline"]
+    assert main([*argv, "--per-request-spec-decode-metrics", "detailed", "--dry-run"]) == 2
+    assert "--per-request-spec-decode-metrics" in capsys.readouterr().err

@@ -49,3 +49,25 @@ def test_summary_md_of_old_or_partial_summaries(tmp_path):
     assert "status **running** — " in text and "specload results repair" in text
     assert "## Warnings" not in text
     assert "| 3 (25%) |" in text
+
+
+def test_summary_md_shows_speculative_decoding_when_requests_carried_it() -> None:
+    level = {
+        "name": "c4",
+        "concurrency": 4,
+        "categories": {},
+        "spec_decode_reconciled": False,
+        "spec_decode": {
+            "requests": 24,
+            "acceptance_rate": 0.0712,
+            "acceptance_rate_request_mean": 0.065,
+            "mean_acceptance_length": 1.354,
+            "ideal_speedup": 1.28,
+            "reasoning": {"acceptance_rate": 0.069},
+            "content": {"acceptance_rate": None},
+        },
+    }
+    text = summary_markdown({"variant": "ngram", "levels": [level]})
+    assert "| 4 | 24 | 7.1% | 6.5% | 1.35 | 6.9% | - | 1.28 | **no** |" in text
+    plain = summary_markdown({"variant": "baseline", "levels": [{**level, "spec_decode": None}]})
+    assert "Speculative decoding" not in plain
