@@ -197,3 +197,29 @@ def test_a_warm_prefix_cache_is_reset_and_otherwise_warned_of(tmp_path: Path) ->
     assert reset_a["levels"][0]["prefix_cache_reset"] is True
     assert "prefix" in _compare(tmp_path / "cold", tmp_path / "warm").lower()
     assert "prefix-cache hit ratio" not in _compare(tmp_path / "reset-a", tmp_path / "reset-b")
+
+
+def test_without_a_reset_the_cache_bust_nonce_keeps_runs_apart(tmp_path: Path) -> None:
+    # A server without the development endpoints (vLLM without VLLM_SERVER_DEV_MODE=1).
+    sim = start_sim(["--load-time", "0", "--time-scale", "20", "--dev-mode", "off"], tmp_path)
+    try:
+        args = ["--concurrency", "1,2", "--requests", "6", "--max-tokens", "32"]
+        runs = [
+            _run(sim, tmp_path / "plain-1", *args, variant="baseline"),
+            _run(sim, tmp_path / "plain-2", *args, variant="baseline"),
+            _run(sim, tmp_path / "bust-1", *args, "--cache-bust", "on", variant="baseline"),
+            _run(sim, tmp_path / "bust-2", *args, "--cache-bust", "on", variant="baseline"),
+        ]
+    finally:
+        sim.stop()
+    for summary in runs:
+        levels = summary["levels"]
+        assert [lv["prefix_cache_reset"] for lv in levels] == [False, None]  # asked once
+        assert any("VLLM_SERVER_DEV_MODE=1" in w for w in levels[0]["warnings"])
+    ratios = [[lv["prefix_cache_hit_ratio"] for lv in s["levels"]] for s in runs]
+    print(json.dumps(ratios))
+    # Without the nonce the second run finds the first one's prompts cached...
+    assert ratios[1][0] > ratios[0][0] + 0.05
+    # ...with it, each run's prompts are its own: the two runs see the same cache.
+    assert ratios[2] == pytest.approx(ratios[3])
+    assert runs[2]["options"]["cache_bust"] != runs[3]["options"]["cache_bust"]
