@@ -78,8 +78,9 @@ def test_per_request_counts_equal_the_counters_and_other_traffic_is_flagged(
     def other_client() -> None:
         body = {
             "model": vllm_ngram.model,
-            "messages": [{"role": "user", "content": "Count to twenty."}],
-            "max_tokens": 32,
+            # a prompt that repeats itself: the n-gram proposer drafts from it
+            "messages": [{"role": "user", "content": "one two three four " * 8}],
+            "max_tokens": 64,
             "temperature": 0,
         }
         with httpx.Client(timeout=60) as client:
@@ -96,5 +97,7 @@ def test_per_request_counts_equal_the_counters_and_other_traffic_is_flagged(
         thread.join(timeout=60)
     assert sent
     level = busy["levels"][0]
+    print(json.dumps({"other_requests": len(sent), "reconciliation": level["reconciliation"]}))
+    assert level["tokens_reconciled"] is False
     assert level["spec_decode_reconciled"] is False, level["reconciliation"]
     assert "other_traffic" in level["flags"]
