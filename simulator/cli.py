@@ -101,6 +101,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="on",
         help="serve POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1); off: 404",
     )
+    g.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="vLLM's automatic prefix caching (on by default, as in vLLM): cached prompt "
+        "blocks skip their prefill; --no-enable-prefix-caching computes every prompt token",
+    )
     g.add_argument("--max-model-len", type=int, default=262144)
     g.add_argument("--max-num-seqs", type=int, default=256)
     g.add_argument("--max-num-batched-tokens", type=int, default=8192)
@@ -237,6 +244,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         variant_overrides=overrides,
         spec_decode_metrics=args.per_request_spec_decode_metrics,
         dev_mode=args.dev_mode == "on",
+        prefix_caching=args.enable_prefix_caching,
     )
 
 

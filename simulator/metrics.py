@@ -453,7 +453,7 @@ def process_families(start_time: float) -> bytes:
 
 
 def cache_config_labels(
-    *, block_size: int, num_gpu_blocks: int, max_concurrency: float
+    *, block_size: int, num_gpu_blocks: int, max_concurrency: float, prefix_caching: bool = True
 ) -> dict[str, str]:
     """vLLM 0.32's ``cache_config_info`` label set, with the simulated KV cache's size."""
     tokens = block_size * num_gpu_blocks
@@ -464,7 +464,7 @@ def cache_config_labels(
         "cache_hit_alignment_tokens": "None",
         "effective_attention_block_size": str(block_size),
         "enable_mamba_shared_prefix_checkpoint": "False",
-        "enable_prefix_caching": "True",
+        "enable_prefix_caching": str(prefix_caching),
         "gpu_memory_utilization": "0.92",
         "hash_block_size": "None",
         "is_attention_free": "False",

@@ -116,6 +116,7 @@ class SimConfig:
     variant_overrides: dict[str, str] = field(default_factory=dict)
     spec_decode_metrics: str = "none"  # --per-request-spec-decode-metrics
     dev_mode: bool = True  # POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1)
+    prefix_caching: bool = True  # vLLM's --enable-prefix-caching (its default)
 
 
 class SimServer:
@@ -302,11 +303,14 @@ class SimServer:
                 block_size=BLOCK_SIZE,
                 num_gpu_blocks=blocks,
                 max_concurrency=round(blocks * BLOCK_SIZE / config.max_model_len, 2),
+                prefix_caching=config.prefix_caching,
             ),
         )
         self.metrics = metrics
         # A fresh engine has an empty prefix cache; it holds as many blocks as the KV cache.
-        prefix_cache = PrefixCache(limits.kv_cache_tokens // BLOCK_TOKENS)
+        prefix_cache = (
+            PrefixCache(limits.kv_cache_tokens // BLOCK_TOKENS) if config.prefix_caching else None
+        )
         self.prefix_cache = prefix_cache
         self.degradation = Degradation()
         if config.degrade_after_s is not None:

@@ -69,6 +69,12 @@ class LevelInfo:
     planned_requests: int | None
     categories: dict[str, tuple[int, float | None]]  # completed, median TPOT (ms)
     flags: tuple[str, ...] = ()
+    prefix_cache_hit_ratio: float | None = None  # the server's, over the level
+
+
+# A baseline level whose prompts hit the prefix cache above this ratio is named: the forecast
+# counts every prompt token as computed at prefill (docs/predict.md).
+PREFIX_HIT_WARN_RATIO = 0.1
 
 
 @dataclass
@@ -131,6 +137,9 @@ def load_baseline(
             else None,
             categories=cats,
             flags=tuple(str(f) for f in raw.get("flags") or ()),
+            prefix_cache_hit_ratio=finite_number(
+                (raw.get("server") or {}).get("prefix_cache_hit_ratio")
+            ),
         )
         if info.completed == 0 or info.median_tpot_ms is None:
             empty.append(info.name)
@@ -890,6 +899,18 @@ def forecast(
                 f"level {info.name} held fewer users than its concurrency (users_short): its "
                 "steps held fewer sequences than the fit assumes"
             )
+    cached = [
+        f"{info.name} {info.prefix_cache_hit_ratio:.0%}"
+        for info in baseline.levels
+        if (info.prefix_cache_hit_ratio or 0.0) > PREFIX_HIT_WARN_RATIO
+    ]
+    if cached:
+        warnings.append(
+            "the baseline's prompts hit the server's prefix cache ("
+            + ", ".join(cached)
+            + " of prompt tokens): a cached token costs no prefill, and the forecast counts "
+            "every prompt token as computed (its prefill steps come out dear)"
+        )
     wanted = opts.concurrencies or [info.concurrency for info in baseline.levels]
     k = opts.num_speculative_tokens
     if opts.method == "draft":

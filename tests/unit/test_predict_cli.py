@@ -233,3 +233,17 @@ def test_lookup_defaults_follow_vllm():
     assert cli.lookup_window(None, None) == (5, 5)
     assert cli.lookup_window(None, 4) == (4, 4)
     assert cli.lookup_window(2, None) == (2, 2)
+
+
+def test_a_baseline_on_a_warm_prefix_cache_is_named(baseline, capsys):
+    plain = _json(capsys, str(baseline), *NGRAM)
+    assert not any("prefix cache" in w for w in plain["warnings"])
+    summary_path = baseline / "summary.json"
+    summary = orjson.loads(summary_path.read_bytes())
+    summary["levels"][0]["server"] = {"prefix_cache_hit_ratio": 0.45}
+    summary["levels"][1]["server"] = {"prefix_cache_hit_ratio": 0.05}  # below 10%: not named
+    summary_path.write_bytes(orjson.dumps(summary))
+    warm = _json(capsys, str(baseline), *NGRAM)
+    (warning,) = [w for w in warm["warnings"] if "prefix cache" in w]
+    name = summary["levels"][0]["name"]
+    assert f"({name} 45% of prompt tokens)" in warning
