@@ -531,6 +531,7 @@ class SimApi:
         self.ids = itertools.count(int.from_bytes(rng.randbytes(4), "big") << 24)
         self.seq_ids = itertools.count(1)
         self.requests_served = 0
+        self.chat_requests = 0  # chat completions asked for, for --fault-every
         self.tokens_sent = 0
         self.created = int(time.time())
         self.reasoning_deltas, self.content_deltas = one_token_deltas(config.reasoning_field)
@@ -748,7 +749,8 @@ class SimApi:
         options = body.get("stream_options") or {}
         if not isinstance(options, dict):
             options = {}
-        fault = self.faults.pick(self.rng)
+        self.chat_requests += 1
+        fault = self.faults.pick(self.rng, self.chat_requests)
         if fault in STATUS_FAULTS:
             status = STATUS_FAULTS[fault]
             conn.respond(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from simulator.costmodel import CostModel, parse_assignments
 from simulator.engine import SchedulerLimits
-from simulator.faults import FAULT_KINDS, FaultConfig, parse_fault_rates
+from simulator.faults import FAULT_KINDS, FaultConfig, parse_fault_every, parse_fault_rates
 from simulator.limits import check_flag
 from simulator.server import FixedTiming, SimConfig, SimServer
 from simulator.spec_metrics import SPEC_METRICS_LEVELS
@@ -136,6 +136,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KIND=RATE",
         help=f"kinds: {', '.join(FAULT_KINDS)}",
     )
+    f.add_argument(
+        "--fault-every",
+        action="append",
+        metavar="KIND=N",
+        help="the fault on every Nth chat request (the Nth, 2Nth, ...), e.g. stall=5",
+    )
     f.add_argument("--stall-seconds", default="30", help="how long a stall fault holds a stream")
     f.add_argument("--degrade-after", default=None, help="multiply step time after S seconds")
     f.add_argument("--degrade-factor", type=float, default=2.0, help="factor for --degrade-after")
@@ -234,6 +240,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         faults=FaultConfig(
             parse_fault_rates(args.fault_rate),
             stall_seconds=_duration(args.stall_seconds, "--stall-seconds"),
+            every=parse_fault_every(args.fault_every),
         ),
         fixed=fixed,
         degrade_after_s=None

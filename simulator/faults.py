@@ -5,13 +5,14 @@ vLLM's error body; the stream faults strike part-way through a stream:
 ``reset`` drops the connection with a TCP RST, ``malformed`` inserts a chunk of
 broken JSON, ``stall`` holds the stream for ``--stall-seconds`` (wall clock),
 ``no-done`` ends the stream without ``data: [DONE]``. At most one fault per
-request; kinds are tried in this order.
+request; kinds are tried in this order. ``--fault-every KIND=N`` strikes every Nth chat
+request instead (the Nth, 2Nth, … since the start: known per-request truth for tests).
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specload.errors import UsageError
 
@@ -36,8 +37,15 @@ STATUS_TYPES: dict[int, str] = {
 class FaultConfig:
     rates: dict[str, float]
     stall_seconds: float = 30.0
+    every: dict[str, int] = field(default_factory=dict)
 
-    def pick(self, rng: random.Random) -> str | None:
+    def pick(self, rng: random.Random, ordinal: int | None = None) -> str | None:
+        """The fault of a request (None: none); ``ordinal``: the request's number, from 1."""
+        if ordinal is not None:
+            for kind in FAULT_KINDS:
+                n = self.every.get(kind)
+                if n and ordinal % n == 0:
+                    return kind
         for kind in FAULT_KINDS:
             rate = self.rates.get(kind, 0.0)
             if rate > 0 and rng.random() < rate:
@@ -65,3 +73,25 @@ def parse_fault_rates(items: list[str] | None) -> dict[str, float]:
             raise UsageError(f"--fault-rate {item!r}: rate must be in [0, 1]")
         rates[kind] = rate
     return rates
+
+
+def parse_fault_every(items: list[str] | None) -> dict[str, int]:
+    """``["stall=5"]`` → every 5th request stalls; bad items raise UsageError naming them."""
+    every: dict[str, int] = {}
+    for item in items or []:
+        kind, sep, text = item.partition("=")
+        kind = kind.strip()
+        if not sep:
+            raise UsageError(f"--fault-every {item!r}: expected KIND=N")
+        if kind not in FAULT_KINDS:
+            raise UsageError(
+                f"--fault-every {item!r}: unknown kind {kind!r} (kinds: {', '.join(FAULT_KINDS)})"
+            )
+        try:
+            n = int(text)
+        except ValueError:
+            raise UsageError(f"--fault-every {item!r}: N must be a whole number") from None
+        if not 1 <= n <= 10**9:
+            raise UsageError(f"--fault-every {item!r}: N must be from 1 to 1e9")
+        every[kind] = n
+    return every

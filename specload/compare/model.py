@@ -79,6 +79,13 @@ MEASURES = (
     Measure("ttfct", "median TTFCT", "ms", True, content=True, summary_key="median_ttfct_ms"),
     Measure("output_throughput", "output tok/s", "tok/s", False),
 )
+# With objectives (--slo) on every run: the share of completed requests meeting them all
+# (resampled per request) and the requests per second doing so (window bins, like tok/s).
+SLO_MEASURES = (
+    Measure("slo_attainment", "SLO attainment", "ratio", False, summary_key="slo_attainment_ratio"),
+    Measure("request_goodput", "goodput", "req/s", False),
+)
+ALL_MEASURES = MEASURES + SLO_MEASURES
 _SECONDS = {"tpot": "tpot_s", "ttft": "ttft_s", "ttfct": "ttfct_s"}
 
 
@@ -441,6 +448,27 @@ def throughput_bins(
     return out
 
 
+def goodput_bins(
+    records: Sequence[RequestRecord], bounds: tuple[float, float] | None, duration_s: float
+) -> list[float]:
+    """Requests/s meeting every objective in :data:`THROUGHPUT_BINS` equal time bins of the
+    window: each such request of the level counts in the bin of its end (clipped to the
+    window: a request of the level that ended after it counts in the last bin), scaled so
+    that the bins' mean is ``summary.json``'s ``request_goodput`` (met / duration)."""
+    if bounds is None or duration_s <= 0:
+        return []
+    lo, hi = bounds
+    width = (hi - lo) / THROUGHPUT_BINS
+    scale = THROUGHPUT_BINS / duration_s
+    out = [0.0] * THROUGHPUT_BINS
+    for r in records:
+        if not (r.ok and r.slo_met):
+            continue
+        k = int((min(max(r.end_s, lo), hi) - lo) / width) if width > 0 else 0
+        out[min(k, THROUGHPUT_BINS - 1)] += scale
+    return out
+
+
 def truncated_share(
     level: Mapping[str, Any], category: str, records: Sequence[RequestRecord]
 ) -> float | None:
@@ -556,7 +584,9 @@ def compare_runs(
             throughput_bins(records, bound, float(info.get("duration") or 0.0))
             for records, bound, info in zip(ordered, bounds, infos, strict=True)
         ]
-        data = _LevelData(runs, by_run, infos, name, throughput)
+        data = _LevelData(runs, by_run, infos, name, throughput, bounds)
+        judged = all(any(r.slo_met is not None for r in steps.get(name, [])) for steps in by_run)
+        measures = ALL_MEASURES if judged else MEASURES
         for i, steps in enumerate(by_run):
             shares: dict[str, float | None] = {}
             for cat in lc.categories:
@@ -571,7 +601,7 @@ def compare_runs(
             truncated_by = [
                 i for i in range(len(runs)) if (lc.truncated[i][cat] or 0.0) > truncated_limit
             ]
-            for measure in MEASURES:
+            for measure in measures:
                 lc.cells[(cat, measure.key)] = _cell(
                     data,
                     cat,
@@ -690,6 +720,7 @@ class _LevelData:
     infos: Sequence[Mapping[str, Any]]
     name: str
     throughput: Sequence[Mapping[str, list[float]]]  # per run: bins by category
+    bounds: Sequence[tuple[float, float] | None] = ()  # per run: the window (wall clock)
 
 
 def _cell(
@@ -709,14 +740,23 @@ def _cell(
     points: list[float | None] = []
     counts: list[int] = []
     runs, by_run, infos, name = data.runs, data.by_run, data.infos, data.name
-    throughput = measure.key == "output_throughput"
-    stat = row_mean if throughput else row_median
+    throughput = measure.key in ("output_throughput", "request_goodput")
+    stat = row_mean if throughput or measure.key == "slo_attainment" else row_median
     for i in range(len(runs)):
         recs = by_run[i].get(name, [])
         if cat != ALL:
             recs = [r for r in recs if r.category == cat]
         info = infos[i]
-        if throughput:
+        if measure.key == "request_goodput":
+            samples = goodput_bins(recs, data.bounds[i], float(info.get("duration") or 0.0))
+            blocks.append(1)
+            counts.append(sum(1 for r in recs if r.ok))
+        elif measure.key == "slo_attainment":
+            samples = [1.0 if r.slo_met else 0.0 for r in recs if r.ok and r.slo_met is not None]
+            users = int(info.get("concurrency") or info.get("max_concurrency") or 1)
+            blocks.append(block_length(len(samples), users))
+            counts.append(len(samples))
+        elif throughput:
             bins = data.throughput[i]
             samples = list(bins.get(cat, [0.0] * THROUGHPUT_BINS)) if bins else []
             blocks.append(1)
@@ -780,7 +820,7 @@ def _consistency(
     out: list[str] = []
     for i, run in enumerate(runs):
         off = []
-        for measure in MEASURES:
+        for measure in ALL_MEASURES:
             cell = lc.cells.get((ALL, measure.key))
             key = measure.summary_key or measure.key
             if cell is None:

@@ -18,7 +18,7 @@ from specload.compare.efficiency import (
     SOURCE_CLIENT,
     Efficiency,
 )
-from specload.compare.model import ALL, MEASURES, TOO_FEW, Comparison, LevelComparison
+from specload.compare.model import ALL, ALL_MEASURES, TOO_FEW, Comparison, LevelComparison
 from specload.compare.stats import Difference
 
 JSON_FORMAT = "specload-comparison/1"
@@ -28,7 +28,9 @@ WIDENED_MARK = "*"
 def _value(value: float | None, unit: str) -> str:
     if value is None:
         return "-"
-    return f"{value:.2f}" if unit == "ms" else f"{value:.1f}"
+    if unit == "ratio":
+        return f"{value * 100:.1f}%"
+    return f"{value:.2f}" if unit in ("ms", "req/s") else f"{value:.1f}"
 
 
 def _pct(diff: Difference | None) -> tuple[str, str]:
@@ -129,7 +131,7 @@ def comparison_markdown(comp: Comparison) -> str:
         lines.append("| " + " | ".join(header) + " |")
         lines.append("|---" * len(header) + "|")
         for cat in level.categories:
-            for measure in MEASURES:
+            for measure in ALL_MEASURES:
                 cell = level.cells.get((cat, measure.key))
                 if cell is None:
                     continue
@@ -317,7 +319,7 @@ def comparison_json(comp: Comparison) -> dict[str, Any]:
     for level in comp.levels:
         rows = []
         for cat in level.categories:
-            for measure in MEASURES:
+            for measure in ALL_MEASURES:
                 cell = level.cells.get((cat, measure.key))
                 if cell is None:
                     continue

@@ -28,7 +28,7 @@ Definitions:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,6 +78,12 @@ class Stats:
     truncated_categories: Counter[str] = field(default_factory=Counter)
     max_tokens_seen: int | None = None
     spec: SpecTally = field(default_factory=SpecTally)  # completed requests' spec_decode
+    # Objectives (--slo): completed requests judged, those meeting all, their output tokens,
+    # and per measure the completed requests that missed it.
+    slo_judged: int = 0
+    slo_met: int = 0
+    slo_met_tokens: int = 0
+    slo_failing: Counter[str] = field(default_factory=Counter)
 
     @property
     def tokens_output(self) -> int:
@@ -145,6 +151,12 @@ class Stats:
         self._sorted = False
         if r.spec_decode is not None:
             self.spec.add(r.spec_decode, r.tokens_output)
+        if r.slo_met is not None:
+            self.slo_judged += 1
+            if r.slo_met:
+                self.slo_met += 1
+                self.slo_met_tokens += r.tokens_output
+            self.slo_failing.update(r.slo_failed or ())
         if r.itl_token_hist is not None:
             self.itl.merge(r.itl_token_hist)
         if r.itl_chunk_hist is not None:
@@ -167,6 +179,9 @@ class Stats:
             "chunks",
             "chunks_coalesced",
             "chunked_tokens",
+            "slo_judged",
+            "slo_met",
+            "slo_met_tokens",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.errors.update(other.errors)
@@ -189,6 +204,7 @@ class Stats:
         self.itl.merge(other.itl)
         self.itl_chunk.merge(other.itl_chunk)
         self.spec.merge(other.spec)
+        self.slo_failing.update(other.slo_failing)
 
     # -- reading --------------------------------------------------------------
     def _sorted_values(self) -> dict[str, list[float]]:
@@ -237,11 +253,18 @@ class Stats:
             want = budget * 2
         return max(256, int(-(-want // 256) * 256))
 
-    def result(self, duration_s: float, window_tokens: float | None = None) -> dict[str, Any]:
+    def result(
+        self,
+        duration_s: float,
+        window_tokens: float | None = None,
+        objectives: Mapping[str, float] | None = None,
+    ) -> dict[str, Any]:
         """The numbers (vLLM-bench style keys; ``None`` where there is nothing to report).
 
         ``window_tokens``: the tokens that arrived in the ``duration_s`` window; without
         it, throughput is the completed requests' tokens over ``duration_s``.
+        ``objectives`` (``--slo``, seconds by measure): goodput and attainment of the
+        judged requests (``slo_met`` on the records).
         """
         tokens = self.tokens_output if window_tokens is None else window_tokens
         out: dict[str, Any] = {
@@ -273,7 +296,28 @@ class Stats:
         out["tokens_estimated"] = self.tokens_estimated
         out["errors"] = dict(sorted(self.errors.items()))
         out["spec_decode"] = self.spec.result()
+        if objectives:
+            out.update(self.slo_result(duration_s, objectives))
         return out
+
+    def slo_result(self, duration_s: float, objectives: Mapping[str, float]) -> dict[str, Any]:
+        """``request_goodput`` (requests/s meeting every objective), ``output_goodput``
+        (their output tokens/s), ``slo_attainment_ratio`` (their share of the completed
+        requests) and ``slo`` (the objectives; per measure, the share that missed it)."""
+        n = self.completed
+        judged = self.slo_judged
+        return {
+            "request_goodput": self.slo_met / duration_s if duration_s > 0 else None,
+            "output_goodput": self.slo_met_tokens / duration_s if duration_s > 0 else None,
+            "slo_attainment_ratio": self.slo_met / n if n and judged else None,
+            "slo": {
+                "objectives_s": dict(objectives),
+                "failing_ratio": {
+                    k: (self.slo_failing.get(k, 0) / n if n and judged else None)
+                    for k in objectives
+                },
+            },
+        }
 
 
 class Aggregator:

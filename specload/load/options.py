@@ -8,6 +8,7 @@ import secrets
 from typing import Any
 
 from specload.errors import UsageError
+from specload.slo import parse_slo
 
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9647"  # loopback; containers set 0.0.0.0 explicitly
 DEFAULT_STEP = "run"
@@ -120,6 +121,14 @@ def add_options(parser: Any) -> None:
         "estimated). specload run turns it on when the server's /metrics show speculation",
     )
     add(
+        "--slo",
+        default="",
+        env_var="SPECLOAD_SLO",
+        help="service-level objectives, e.g. ttft=2s,tpot=20ms (measures: ttft, ttfct, tpot, "
+        "e2el, itl_p99): every request is judged against all of them; levels report "
+        "request_goodput, output_goodput and slo_attainment_ratio",
+    )
+    add(
         "--request-timeout",
         type=float,
         default=600.0,
@@ -193,6 +202,7 @@ def validate(options: Any) -> None:
         )
     check_api_key(getattr(options, "api_key", "") or "")
     check_cache_bust(getattr(options, "cache_bust", ""))
+    parse_slo(getattr(options, "slo", ""))
     if options.tokenizer and not os.path.exists(options.tokenizer):
         raise UsageError(f"--tokenizer: {options.tokenizer!r} does not exist")
 

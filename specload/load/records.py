@@ -91,6 +91,10 @@ class RequestRecord:
     # Speculative decoding (specload.load.specdecode): the server's per-request counts,
     # split by channel where known; None when the server sent none.
     spec_decode: dict[str, Any] | None = None
+    # Service-level objectives (``--slo``, specload.slo): whether the request met every one,
+    # and the measures it missed; None without objectives.
+    slo_met: bool | None = None
+    slo_failed: list[str] | None = None
     prompt_ids: list[int] | None = field(default=None, repr=False)
     output_ids: list[int] | None = field(default=None, repr=False)
     content_start: int | None = None

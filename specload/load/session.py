@@ -56,6 +56,7 @@ from specload.load.options import DEFAULT_STEP, cache_bust_nonce, validate
 from specload.load.records import RequestRecord
 from specload.load.report import fire_locust_events, stats_html, write_csv
 from specload.prompts import Prompt, PromptSampler, load_prompt_set
+from specload.slo import Objectives, judge, parse_slo
 from specload.urls import ServerURL, parse_server_url
 
 log = logging.getLogger("specload.load")
@@ -115,6 +116,14 @@ class LoadSession:
         self._greenlets: list[gevent.Greenlet] = []
         self._records_out: BinaryIO | None = None
         self._said_hello = False
+        self._objectives: Objectives | None = None
+
+    @property
+    def objectives(self) -> Objectives:
+        """``--slo``: every published record is judged against them (checked by validate)."""
+        if self._objectives is None:
+            self._objectives = parse_slo(getattr(self.options, "slo", "") or "")
+        return self._objectives
 
     # -- public API ---------------------------------------------------------
     def subscribe(self, callback: RecordCallback) -> None:
@@ -380,6 +389,7 @@ class LoadSession:
     # -- publishing (local and master) --------------------------------------
     def _publish(self, record: RequestRecord) -> None:
         self.published += 1
+        judge(record, self.objectives)
         self.aggregator.add(record)
         self.metrics.observe(record)
         if self._records_out is not None:

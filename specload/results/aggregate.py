@@ -63,7 +63,8 @@ def level_window(level: Mapping[str, Any]) -> tuple[float | None, float | None]:
 class LevelAggregate:
     """A level's :class:`Stats` (all and per category) plus the tokens of its window."""
 
-    def __init__(self) -> None:
+    def __init__(self, objectives: Mapping[str, float] | None = None) -> None:
+        self.objectives = dict(objectives or {})  # --slo: goodput and attainment
         self.all = Stats()
         self.categories: dict[str, Stats] = {}
         self.window_tokens = 0.0
@@ -87,10 +88,13 @@ class LevelAggregate:
 
     def result(self, duration_s: float, *, windowed: bool = True) -> dict[str, Any]:
         """``windowed``: throughput from the window's token arrivals (else completed tokens)."""
-        out = self.all.result(duration_s, self.window_tokens if windowed else None)
+        objectives = self.objectives or None
+        out = self.all.result(duration_s, self.window_tokens if windowed else None, objectives)
         out["categories"] = {
             name: stats.result(
-                duration_s, self.window_tokens_by_category.get(name, 0.0) if windowed else None
+                duration_s,
+                self.window_tokens_by_category.get(name, 0.0) if windowed else None,
+                objectives,
             )
             for name, stats in sorted(self.categories.items())
         }
@@ -123,6 +127,12 @@ def assess_level(
             f"({cats}): no answer token measured for them (TTFCT, content tokens); "
             f"--max-tokens {stats.suggested_max_tokens()} would fit the reasoning seen"
         )
+        if "ttfct" in (numbers.get("slo") or {}).get("objectives_s", {}):
+            warnings.append(
+                f"goodput counts those {stats.reasoning_truncated} requests as missing the "
+                "ttfct objective (they never reached their answer): a budget that fits the "
+                "reasoning measures the server, not the budget"
+            )
     if numbers.get("unfinished"):
         flags.append("unfinished")
         warnings.append(
@@ -167,6 +177,7 @@ def summarize_level(
     duration_s: float,
     concurrency: int | None = None,
     planned_duration_s: float | None = None,
+    objectives: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """A level's measured numbers (the keys of a ``summary.json`` level, ``categories``
     included) from records: the one definition the sweep, ``results repair`` and the
@@ -177,7 +188,7 @@ def summarize_level(
     throughput is the level's completed tokens over ``duration_s``. ``flags`` and
     ``warnings`` as :func:`assess_level` gives them from the records alone.
     """
-    level = LevelAggregate()
+    level = LevelAggregate(objectives)
     windowed = window_start_s is not None and window_end_s is not None
     for item in records:
         record = as_record(item)

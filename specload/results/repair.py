@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specload.errors import UsageError
+from specload.slo import parse_slo
 
 if TYPE_CHECKING:
     from specload.load.records import RequestRecord
@@ -137,6 +138,10 @@ def rebuild_summary(
     records = [record_of(raw) for raw in raws]
     options = stale.get("options") or {}
     warmup_s, planned_s, planned_requests = _planned(options)
+    try:  # the run's --slo: records were judged against it (slo_met)
+        objectives = parse_slo(options.get("slo")).as_dict()
+    except UsageError:
+        objectives = {}
     stale_levels = {str(lv.get("name")): lv for lv in stale.get("levels") or []}
     names = _level_names(list(stale.get("levels") or []), records)
     last_activity = max((r.end_s for r in records), default=None)
@@ -185,6 +190,7 @@ def rebuild_summary(
             duration_s=duration,
             concurrency=old.get("concurrency", load.get("concurrency")),
             planned_duration_s=planned_window if isinstance(planned_window, int | float) else None,
+            objectives=objectives,
         )
         if not finished:
             planned = old.get("planned_duration_s", planned_s)

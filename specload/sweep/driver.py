@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -135,6 +135,7 @@ class SweepDriver:
         drain_timeout_s: float = 60.0,
         on_tick: Callable[[SweepDriver], None] | None = None,
         reset_cache: Callable[[], CacheReset] | None = None,
+        objectives: Mapping[str, float] | None = None,
     ) -> None:
         self.plan = plan
         self.backend = backend
@@ -150,7 +151,9 @@ class SweepDriver:
         self.drain_timeout_s = drain_timeout_s
         self.on_tick = on_tick
         self.reset_cache = reset_cache
-        self.states = [LevelState(level) for level in plan.levels]
+        self.states = [
+            LevelState(level, aggregate=LevelAggregate(objectives)) for level in plan.levels
+        ]
         self._by_step = {s.level.name: s for s in self.states}
         self.current: LevelState | None = None
         self.status = "running"

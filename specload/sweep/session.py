@@ -37,6 +37,7 @@ from specload.results.writer import (
     ResultsWriter,
     write_failure,
 )
+from specload.slo import parse_slo
 from specload.sweep import readiness
 from specload.sweep.backend import LocustBackend
 from specload.sweep.driver import OutagePolicy, SweepDriver
@@ -181,6 +182,7 @@ def run_sweep(settings: SweepSettings) -> int:
             on_record_written=write_record,
             server=server_probe if metrics_url else None,
             reset_cache=reset_cache if settings.prefix_cache_reset else None,
+            objectives=parse_slo(settings.load.get("slo")).as_dict(),
             outage=OutagePolicy(
                 mode=settings.on_outage,
                 timeout_s=settings.outage_timeout_s,

@@ -29,7 +29,7 @@ PUBLIC_KEYS = [
     "master_bind_host", "master_bind_port", "max_concurrency", "max_tokens", "metrics_address",
     "metrics_url", "model", "no_plots", "on_outage", "out", "outage_timeout", "prefix_cache_reset",
     "progress", "prompt_seed", "prompts", "ready_timeout", "record_token_ids", "records_file",
-    "request_rate", "request_timeout", "requests", "spec_estimate", "stream", "temperature",
+    "request_rate", "request_timeout", "requests", "slo", "spec_estimate", "stream", "temperature",
     "tokenizer", "usage_stats", "variant", "warmup", "workers",
 ]  # fmt: skip
 
