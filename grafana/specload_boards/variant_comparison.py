@@ -27,6 +27,7 @@ CLIENT_ACCEPTANCE = "variant_model_channel:specload_client_spec_decode_acceptanc
 CLIENT_ACCEPTANCE_LENGTH = (
     "variant_model_channel:specload_client_spec_decode_acceptance_length:mean_5m"
 )
+SLO_ATTAINMENT = "variant_model_objective:specload_client_slo_attainment:ratio_5m"
 # Ratios to a reference: above 1.1 is a regression worth seeing (the alert's
 # default margin is 10%).
 SLOWER_IS_RED: list[Threshold] = [("green", None), ("red", 1.1)]
@@ -121,6 +122,16 @@ BOARD = Board(
             RATIO_TO_REFERENCE,
             min=0,
             thresholds=[("red", None), ("green", 1)],
+        ),
+        Panel(
+            "SLO attainment",
+            [range_query(selected(SLO_ATTAINMENT), "{{variant}} {{objective}}")],
+            "percentunit",
+            min=0,
+            max=1,
+            description="Share of the completed requests that met the run's objectives "
+            "(`--slo`; objective=all: every one), over 5m: what goodput is made of. No series: "
+            "the runs gave no objectives.",
         ),
         Row("Crossover: TPOT per sweep step"),
         Panel(

@@ -58,6 +58,10 @@ class _Series:
     # Speculative decoding by channel (reasoning, content, unknown): [drafts, draft
     # tokens, accepted tokens], from the server's per-request counts; None: none seen.
     spec: dict[str, list[int]] | None = None
+    # Objectives (--slo): completed requests judged, meeting all, and missing each measure.
+    slo_judged: int = 0
+    slo_met: int = 0
+    slo_failing: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
 class ClientMetrics:
@@ -67,10 +71,12 @@ class ClientMetrics:
         self,
         users: Callable[[], int] = lambda: 0,
         lost_requests: Callable[[], int] = lambda: 0,
+        objectives: Callable[[], tuple[str, ...]] = tuple,
     ) -> None:
         self._series: dict[tuple[str, str, str, str], _Series] = {}
         self._users = users
         self._lost = lost_requests
+        self._objectives = objectives  # the --slo measures, in order
 
     def _get(self, r: RequestRecord) -> _Series:
         key = (r.variant, r.model, r.category, r.step)
@@ -109,6 +115,11 @@ class ClientMetrics:
             sd = r.spec_decode
             if sd is not None and sd.get("source") == "server" and sd.get("error") is None:
                 _add_spec(s, sd)
+            if r.slo_met is not None:
+                s.slo_judged += 1
+                s.slo_met += bool(r.slo_met)
+                for key in r.slo_failed or ():
+                    s.slo_failing[key] += 1
         elif r.error_kind == "unfinished":
             # Stopped by the run, not failed by the target: its own outcome, not an error.
             s.outcomes["unfinished"] = s.outcomes.get("unfinished", 0) + 1
@@ -188,8 +199,26 @@ class ClientMetrics:
             )
             for n, doc in spec_help.items()
         ]
+        objectives = self._objectives()
+        slo_labels = (*LABELS, "objective")
+        slo_met = CounterMetricFamily(
+            "specload_client_slo_met_requests",
+            "Completed requests that met an objective (--slo; objective=all: every one).",
+            labels=slo_labels,
+        )
+        slo_ratio = GaugeMetricFamily(
+            "specload_client_slo_attainment_ratio",
+            "Share of the completed requests since the start that met an objective "
+            "(objective=all: every one); rates: the recording rules.",
+            labels=slo_labels,
+        )
         for key, s in self._series.items():
             labels = list(key)
+            if objectives and s.slo_judged:
+                met = {"all": s.slo_met} | {k: s.slo_judged - s.slo_failing[k] for k in objectives}
+                for objective, n in met.items():
+                    slo_met.add_metric([*labels, objective], n)
+                    slo_ratio.add_metric([*labels, objective], n / s.slo_judged)
             for channel, counts in (s.spec or {}).items():
                 for spec_fam, n in zip(spec_fams, counts, strict=True):
                     spec_fam.add_metric([*labels, channel], n)
@@ -208,6 +237,7 @@ class ClientMetrics:
             trunc.add_metric(labels, s.truncated)
             chunks.add_metric(labels, s.chunks)
         yield from (tok, req, err, trunc, chunks, coalesced, backoffs, backoff_s, *spec_fams)
+        yield from (slo_met, slo_ratio)
         yield GaugeMetricFamily(
             "specload_client_users", "Locust users running.", value=self._users()
         )

@@ -98,7 +98,11 @@ class LoadSession:
         self._asked = False  # worker: a want is out for this step
         self._step_changed = gevent.event.Event()
         self.aggregator = Aggregator()
-        self.metrics = ClientMetrics(users=self._user_count, lost_requests=self.lost_requests)
+        self.metrics = ClientMetrics(
+            users=self._user_count,
+            lost_requests=self.lost_requests,
+            objectives=lambda: tuple(self.objectives.as_dict()),
+        )
         self.metrics_port: int | None = None
         self._metrics_server: Any = None
         self._subscribers: list[RecordCallback] = []

@@ -52,6 +52,7 @@ MEDIAN = {
 # channel -> (draft tokens, accepted tokens) per verification step (k = 3); "unknown" drafts nothing
 SPEC = {"reasoning": (3, 2), "content": (3, 1), "unknown": (0, 0)}
 LABELS = 'model="m",category="coding"'
+MET = {"all": 0.6, "tpot": 0.8, "e2el": 0.7}  # share of the completed requests meeting it
 VARIABLES = {
     "variant": "baseline|ngram",
     "model": ".+",
@@ -81,6 +82,16 @@ def loadgen_page(elapsed_s: float) -> str:
             per_step = {"drafts": min(tokens, 1), "draft_tokens": tokens}.get(family, accepted)
             labels = f'variant="ngram",{LABELS},step="c4",channel="{channel}"'
             lines.append(f"{name}{{{labels}}} {steps * per_step}")
+    # --slo on the ngram variant: of REQUESTS_PER_S completed requests a second at c4,
+    # MET[objective] met it (all: every objective)
+    lines.append("# TYPE specload_client_requests_total counter")
+    lines.append(
+        f'specload_client_requests_total{{variant="ngram",{LABELS},step="c4",outcome="ok"}} {n}'
+    )
+    lines.append("# TYPE specload_client_slo_met_requests_total counter")
+    for objective, share in MET.items():
+        labels = f'variant="ngram",{LABELS},step="c4",objective="{objective}"'
+        lines.append(f"specload_client_slo_met_requests_total{{{labels}}} {n * share}")
     return "\n".join(lines) + "\n"
 
 
@@ -226,3 +237,10 @@ def test_rules_evaluate_cleanly(prometheus: Prometheus, loadgen: FakeLoadgen) ->
     assert up == {(loadgen.address,): 1.0}
     log = Path(prometheus.log).read_text(errors="replace")
     assert "Evaluating rule failed" not in log, log[-3000:]
+
+
+def test_slo_attainment(prometheus: Prometheus) -> None:
+    (expr,) = panel_exprs("SLO attainment")
+    expected = {("ngram", objective): share for objective, share in MET.items()}
+    got = settled(prometheus, expr, ("variant", "objective"), expected)
+    assert_values(got, expected)

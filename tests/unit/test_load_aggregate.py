@@ -137,3 +137,48 @@ def test_parse_metrics_address() -> None:
     assert parse_address("127.0.0.1:0") == ("127.0.0.1", 0)
     with pytest.raises(UsageError, match="--metrics-address"):
         parse_address("host:port")
+
+
+def test_client_metrics_carry_attainment_and_spec_decode_per_channel() -> None:
+    m = ClientMetrics(objectives=lambda: ("tpot", "e2el"))
+    for i in range(4):
+        r = record(i)
+        r.slo_met = i != 3
+        r.slo_failed = [] if i != 3 else ["e2el"]
+        r.spec_decode = {
+            "source": "server",
+            "drafts": 4,
+            "draft_tokens": 12,
+            "accepted_tokens": 6,
+            "reasoning": {"drafts": 3, "draft_tokens": 9, "accepted_tokens": 5},
+            "content": {"drafts": 1, "draft_tokens": 3, "accepted_tokens": 1},
+        }
+        if i == 0:  # split unknown: the whole counts under channel="unknown"
+            del r.spec_decode["reasoning"], r.spec_decode["content"]
+        m.observe(r)
+    reg = CollectorRegistry()
+    reg.register(m)
+    labels = {"variant": "ngram", "model": "m", "category": "math", "step": "c1"}
+
+    def value(name: str, **extra: str) -> float | None:
+        return reg.get_sample_value(name, {**labels, **extra})
+
+    assert value("specload_client_slo_met_requests_total", objective="all") == 3
+    assert value("specload_client_slo_met_requests_total", objective="tpot") == 4
+    assert value("specload_client_slo_attainment_ratio", objective="e2el") == 0.75
+    accepted = "specload_client_spec_decode_accepted_tokens_total"
+    assert value(accepted, channel="reasoning") == 15
+    assert value(accepted, channel="content") == 3
+    assert value(accepted, channel="unknown") == 6
+    assert value("specload_client_spec_decode_drafts_total", channel="reasoning") == 9
+    # without objectives, no attainment series
+    plain = ClientMetrics()
+    plain.observe(record(0))
+    reg2 = CollectorRegistry()
+    reg2.register(plain)
+    assert (
+        reg2.get_sample_value(
+            "specload_client_slo_attainment_ratio", {**labels, "objective": "all"}
+        )
+        is None
+    )
