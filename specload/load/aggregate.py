@@ -84,6 +84,8 @@ class Stats:
     slo_met: int = 0
     slo_met_tokens: int = 0
     slo_failing: Counter[str] = field(default_factory=Counter)
+    # Open loop: how late each request was sent after it was due (s), every outcome.
+    lateness: list[float] = field(default_factory=list, repr=False)
 
     @property
     def tokens_output(self) -> int:
@@ -123,6 +125,8 @@ class Stats:
             self.last_end_s = r.end_s
         if r.max_tokens is not None:
             self.max_tokens_seen = max(self.max_tokens_seen or 0, r.max_tokens)
+        if r.scheduled_s is not None:
+            self.lateness.append(r.start_s - r.scheduled_s)
         if not r.ok:
             return
         self.tokens_reasoning += r.tokens_reasoning
@@ -205,6 +209,7 @@ class Stats:
         self.itl_chunk.merge(other.itl_chunk)
         self.spec.merge(other.spec)
         self.slo_failing.update(other.slo_failing)
+        self.lateness.extend(other.lateness)
 
     # -- reading --------------------------------------------------------------
     def _sorted_values(self) -> dict[str, list[float]]:
@@ -296,6 +301,12 @@ class Stats:
         out["tokens_estimated"] = self.tokens_estimated
         out["errors"] = dict(sorted(self.errors.items()))
         out["spec_decode"] = self.spec.result()
+        if self.lateness:
+            late = sorted(self.lateness)
+            for stat, q in (("median", 0.5), ("p99", 0.99)):
+                value = exact_quantile(late, q)
+                out[f"{stat}_send_lateness_ms"] = None if value is None else value * 1000.0
+            out["max_send_lateness_ms"] = late[-1] * 1000.0
         if objectives:
             out.update(self.slo_result(duration_s, objectives))
         return out

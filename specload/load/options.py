@@ -121,6 +121,14 @@ def add_options(parser: Any) -> None:
         "estimated). specload run turns it on when the server's /metrics show speculation",
     )
     add(
+        "--burstiness",
+        type=float,
+        default=1.0,
+        env_var="SPECLOAD_BURSTINESS",
+        help="open loop (specload run --request-rate): arrivals gamma-distributed with this "
+        "shape, as vllm bench serve's --burstiness (1 Poisson, below 1 burstier)",
+    )
+    add(
         "--slo",
         default="",
         env_var="SPECLOAD_SLO",
@@ -203,6 +211,9 @@ def validate(options: Any) -> None:
     check_api_key(getattr(options, "api_key", "") or "")
     check_cache_bust(getattr(options, "cache_bust", ""))
     parse_slo(getattr(options, "slo", ""))
+    burstiness = getattr(options, "burstiness", 1.0)
+    if burstiness is not None and not 0.01 <= burstiness <= 100:
+        raise UsageError(f"--burstiness: {burstiness} must be between 0.01 and 100")
     if options.tokenizer and not os.path.exists(options.tokenizer):
         raise UsageError(f"--tokenizer: {options.tokenizer!r} does not exist")
 

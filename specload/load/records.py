@@ -95,6 +95,9 @@ class RequestRecord:
     # and the measures it missed; None without objectives.
     slo_met: bool | None = None
     slo_failed: list[str] | None = None
+    # Open loop: when the request was due (wall clock, like start_s); start_s - scheduled_s
+    # is how late it was sent. None in a closed loop.
+    scheduled_s: float | None = None
     prompt_ids: list[int] | None = field(default=None, repr=False)
     output_ids: list[int] | None = field(default=None, repr=False)
     content_start: int | None = None

@@ -45,6 +45,8 @@ class ChatUser(User):
         self._session: LoadSession = get_session(environment)
         self._requester: ChatRequester | None = None
         self._failures = 0  # failed requests in a row (for the backoff)
+        # Open loop: when the next request was due (wall clock; the pacer's ticket).
+        self.scheduled_s: float | None = None
 
     @task
     def chat(self) -> None:
@@ -59,8 +61,10 @@ class ChatUser(User):
                 session.complete(record)
                 self._pace(record, exc.retry_after_s)
                 return
+        scheduled, self.scheduled_s = self.scheduled_s, None
         try:
             record = self._requester.send(prompt, step)
+            record.scheduled_s = scheduled
         except GreenletExit:
             # Locust stopped this user mid-request: record it as unfinished.
             partial = self._requester.interrupted()

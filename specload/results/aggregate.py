@@ -27,6 +27,8 @@ def as_record(item: RequestRecord | Mapping[str, Any]) -> RequestRecord:
 USERS_HELD_MIN_RATIO = 0.95
 # A level whose median request is longer than this share of its window is ``long_requests``.
 LONG_REQUEST_RATIO = 0.25
+# An open-loop level whose p99 send lateness is beyond this (ms) is flagged ``late_sends``.
+LATE_SEND_WARN_MS = 50.0
 
 
 def finite_number(value: Any) -> float | None:
@@ -154,6 +156,15 @@ def assess_level(
         warnings.append(
             f"held {users_held:.1f} users on average (minimum {users_min}), "
             f"not {concurrency}: the level ran below its concurrency"
+        )
+    late_ms = numbers.get("p99_send_lateness_ms")
+    if isinstance(late_ms, int | float) and late_ms > LATE_SEND_WARN_MS:
+        flags.append("late_sends")
+        worst = numbers.get("max_send_lateness_ms") or 0.0
+        warnings.append(
+            f"the client fell behind the arrivals: 1% of the requests went out more than "
+            f"{late_ms:.0f} ms after they were due (max {worst:.0f} ms): the load offered "
+            "was less than asked; more workers (--workers) would keep up"
         )
     median_ms = numbers.get("median_e2el_ms")
     if median_ms is not None and planned_duration_s:

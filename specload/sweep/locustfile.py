@@ -20,6 +20,9 @@ among its workers with the ``specload:pace`` runner message.
 from __future__ import annotations
 
 import random
+import time
+import zlib
+from collections.abc import Iterator
 from typing import Any
 
 import gevent
@@ -40,14 +43,30 @@ MSG_PACE = "specload:pace"
 START_SPREAD_S = 1.0
 
 
-class Pacer:
-    """Poisson arrivals at ``rate`` per second as tickets in a queue; ``None`` = closed loop."""
+def gaps(rng: random.Random, rate: float, burstiness: float) -> Iterator[float]:
+    """Inter-arrival times (s) at ``rate`` per second: gamma with shape ``burstiness`` and
+    mean 1/rate, as ``vllm bench serve --burstiness`` draws them (1: Poisson; below 1
+    burstier, above 1 more even; the coefficient of variation is 1/sqrt(burstiness))."""
+    if burstiness == 1.0:
+        while True:
+            yield rng.expovariate(rate)
+    theta = 1.0 / (rate * burstiness)
+    while True:
+        yield rng.gammavariate(burstiness, theta)
 
-    def __init__(self, seed: int | None = None) -> None:
+
+class Pacer:
+    """Open-loop arrivals at ``rate`` per second as tickets in a queue (:func:`gaps`: Poisson,
+    or gamma with ``--burstiness``); ``None`` = closed loop. Arrival times are kept on an
+    absolute schedule: a late wake-up does not push the later arrivals back."""
+
+    def __init__(self, seed: int | None = None, burstiness: float = 1.0) -> None:
+        self.burstiness = burstiness
         self.rate: float | None = None
         self.hold = False
         self.seq = 0
-        self._tickets: gevent.queue.Queue[int] = gevent.queue.Queue()
+        # Each ticket: when its request was due (wall clock), for the record's scheduled_s.
+        self._tickets: gevent.queue.Queue[float | None] = gevent.queue.Queue()
         self._greenlet: gevent.Greenlet[Any, Any] | None = None
         self._rng = random.Random(seed)
 
@@ -67,13 +86,23 @@ class Pacer:
             self._greenlet = gevent.spawn(self._arrivals, self.rate)
 
     def _arrivals(self, rate: float) -> None:
-        while True:
-            gevent.sleep(self._rng.expovariate(rate))
-            self._tickets.put(1)
+        start = time.monotonic()
+        wall = time.time() - start  # monotonic -> wall clock
+        due = start
+        for gap in gaps(self._rng, rate, self.burstiness):
+            due += gap
+            delay = due - time.monotonic()
+            if delay > 0:
+                gevent.sleep(delay)
+            self._tickets.put(wall + due)
 
-    def wait(self) -> None:
+    def wait(self) -> float | None:
+        """Take a ticket (open loop, or held): when its request was due (wall clock);
+        None in a closed loop."""
         if self.rate is not None or self.hold:
-            self._tickets.get()
+            due: float | None = self._tickets.get()
+            return due
+        return None
 
     def start_delay(self, step: str) -> float:
         """Seconds a new user waits before its first request: in a closed-loop warm-up,
@@ -90,7 +119,15 @@ class Pacer:
 def get_pacer(environment: Any) -> Pacer:
     pacer: Pacer | None = getattr(environment, "_specload_pacer", None)
     if pacer is None:
-        pacer = Pacer()
+        opts = getattr(environment, "parsed_options", None)
+        # Arrivals repeat with the prompt seed; each worker draws its own sequence.
+        runner = getattr(environment, "runner", None)
+        worker = str(getattr(runner, "client_id", "") or "")
+        seed = f"{getattr(opts, 'prompt_seed', 0)}:{worker}"
+        pacer = Pacer(
+            seed=zlib.crc32(seed.encode()),
+            burstiness=float(getattr(opts, "burstiness", 1.0) or 1.0),
+        )
         environment._specload_pacer = pacer
     return pacer
 
@@ -104,10 +141,10 @@ class SweepUser(_chat.ChatUser):
         delay = pacer.start_delay(self._session.step)
         if delay > 0:
             gevent.sleep(delay)
-        pacer.wait()
+        self.scheduled_s = pacer.wait()
 
     def wait_time(self) -> float:
-        get_pacer(self.environment).wait()
+        self.scheduled_s = get_pacer(self.environment).wait()
         return 0.0
 
 
