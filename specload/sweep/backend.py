@@ -218,12 +218,16 @@ class LocustBackend:
     def start(self, level: Level) -> None:
         self._pace(level.request_rate)
         users = level.users
+        # --ramp-up: the users start over that long (Locust's spawn rate); else in a second.
+        rate = (
+            float(max(users, 1)) / level.ramp_up_s if level.ramp_up_s > 0 else float(max(users, 1))
+        )
         if isinstance(self.runner, MasterRunner):
             # The master's start() waits a second for worker reports after the ramp-up:
             # in its own greenlet, so the level's clock does not wait with it.
-            gevent.spawn(self.runner.start, users, float(max(users, 1)))
+            gevent.spawn(self.runner.start, users, rate)
         else:
-            self.runner.start(users, spawn_rate=float(max(users, 1)))
+            self.runner.start(users, spawn_rate=rate)
 
     def pause(self) -> None:
         self.runner.stop()

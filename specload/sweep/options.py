@@ -108,6 +108,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="warm-up before each level's window, not measured (default 10s; 0 ok)",
     )
     sweep.add_argument(
+        "--ramp-up",
+        default="0",
+        help="closed loop: start each level's new users over this long, inside its warm-up "
+        "(e.g. 30s; default 0: at once, each first request spread over a second)",
+    )
+    sweep.add_argument(
         "--duration",
         default=None,
         help="measured window per level: 30 (seconds), 30s, 2m (default 60s)",

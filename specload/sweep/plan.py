@@ -36,6 +36,7 @@ class Level:
     warmup_s: float
     duration_s: float | None
     requests: int | None
+    ramp_up_s: float = 0.0  # closed loop: new users start over this long (0: at once)
 
     @property
     def name(self) -> str:
@@ -132,11 +133,22 @@ def build_plan(
     warmup: str | float,
     duration: str | float | None,
     requests: int | None,
+    ramp_up: str | float = 0,
 ) -> SweepPlan:
     """Validate the sweep options and return the plan (raises :class:`UsageError`)."""
     if concurrency is not None and request_rate is not None:
         raise UsageError("--concurrency and --request-rate are exclusive (closed or open loop)")
     warmup_s = parse_duration(warmup, name="--warmup")
+    ramp_up_s = parse_duration(ramp_up, name="--ramp-up")
+    if ramp_up_s > 0 and request_rate is not None:
+        raise UsageError(
+            "--ramp-up: for closed loops (--concurrency); an open loop's arrivals ramp by rate"
+        )
+    if ramp_up_s > warmup_s:
+        raise UsageError(
+            f"--ramp-up: {ramp_up} is longer than --warmup {warmup}: the measured window would "
+            "start before every user runs"
+        )
     if duration is not None and requests is not None:
         raise UsageError("--duration and --requests are exclusive (a window by time or by count)")
     duration_s: float | None = None
@@ -169,6 +181,7 @@ def build_plan(
         limit=MAX_CONCURRENCY,
     )
     levels = tuple(
-        Level(i, c, None, None, warmup_s, duration_s, requests) for i, c in enumerate(counts)
+        Level(i, c, None, None, warmup_s, duration_s, requests, ramp_up_s)
+        for i, c in enumerate(counts)
     )
     return SweepPlan(levels, "closed")

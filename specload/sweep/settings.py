@@ -192,6 +192,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         warmup=args.warmup,
         duration=args.duration,
         requests=args.requests,
+        ramp_up=args.ramp_up,
     )
     url = parse_server_url(args.host)
     check_workers(args.workers, args.expect_workers, args.master_bind_port)

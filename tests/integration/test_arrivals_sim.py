@@ -53,3 +53,31 @@ def test_send_gaps_have_the_gammas_spread(tmp_path: Path, burstiness: float) -> 
     assert cvs["scheduled_s"] == pytest.approx(burstiness**-0.5, rel=0.05)
     lateness = sorted(r["start_s"] - r["scheduled_s"] for r in records)
     assert level["p99_send_lateness_ms"] == pytest.approx(lateness[int(0.99 * 1999)] * 1000)
+
+
+def test_ramp_up_starts_the_users_over_its_length(tmp_path: Path) -> None:
+    sim = start_sim([*SIM[:-2], "--fixed-itl", "0.01", "--load-time", "0"], tmp_path / "sim")
+    out = tmp_path / "run"
+    try:
+        result = run_specload(
+            [
+                *("run", "--host", sim.url, "--out", str(out), "--concurrency", "8"),
+                *("--warmup", "4s", "--ramp-up", "3s", "--duration", "1s"),
+                *("--metrics-address", "off", "--progress", "off", "--no-plots"),
+            ],
+            timeout=120,
+        )
+    finally:
+        sim.stop()
+    assert result.returncode == 0, result.stderr[-2000:]
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    warm = sorted(r["start_s"] for r in records if r["step"] == "c8-warmup")
+    window = json.loads((out / "summary.json").read_text())["levels"][0]["window_start_s"]
+    # Closed loop, ~30 ms requests: requests started per second follow the users running.
+    # Users join every 3/8 s (Locust's spawn rate): the warm-up's first half second starts
+    # far fewer requests than its last, when all eight run (without a ramp-up the start
+    # spread alone gives about half as many).
+    first = sum(1 for t in warm if t < warm[0] + 0.5)
+    last = sum(1 for t in warm if window - 0.5 <= t < window)
+    print(json.dumps({"first_half_second": first, "last_half_second": last}))
+    assert first < 0.25 * last

@@ -113,3 +113,21 @@ def test_pause_twice_is_one_outage():
     assert a is b and len(w.outages) == 1
     w.finish(3.0)  # finishing closes the outage
     assert w.outages[0].end_s == 3.0 and w.active_s(10.0) == pytest.approx(1.0)
+
+
+def test_ramp_up_is_for_closed_loops_inside_the_warmup() -> None:
+    plan = build_plan(
+        concurrency="4,16", request_rate=None, max_concurrency=None,
+        warmup="30s", duration="60s", requests=None, ramp_up="20s",
+    )  # fmt: skip
+    assert [lv.ramp_up_s for lv in plan.levels] == [20.0, 20.0]
+    with pytest.raises(UsageError, match="--ramp-up: 40s is longer than --warmup 30s"):
+        build_plan(
+            concurrency="4", request_rate=None, max_concurrency=None,
+            warmup="30s", duration="60s", requests=None, ramp_up="40s",
+        )  # fmt: skip
+    with pytest.raises(UsageError, match="--ramp-up: for closed loops"):
+        build_plan(
+            concurrency=None, request_rate="2", max_concurrency=None,
+            warmup="30s", duration="60s", requests=None, ramp_up="10s",
+        )  # fmt: skip
