@@ -129,6 +129,21 @@ def add_options(parser: Any) -> None:
         "shape, as vllm bench serve's --burstiness (1 Poisson, below 1 burstier)",
     )
     add(
+        "--trace",
+        default="",
+        env_var="SPECLOAD_TRACE",
+        help="specload run: replay this JSONL trace at its timestamps (Mooncake: timestamp, "
+        "input_length, output_length, hash_ids; or timestamp with prompt or messages); "
+        "every load process needs the file at this path",
+    )
+    add(
+        "--trace-speedup",
+        type=float,
+        default=1.0,
+        env_var="SPECLOAD_TRACE_SPEEDUP",
+        help="divide the trace's times by this (2: twice as fast)",
+    )
+    add(
         "--slo",
         default="",
         env_var="SPECLOAD_SLO",
@@ -211,6 +226,9 @@ def validate(options: Any) -> None:
     check_api_key(getattr(options, "api_key", "") or "")
     check_cache_bust(getattr(options, "cache_bust", ""))
     parse_slo(getattr(options, "slo", ""))
+    speedup = getattr(options, "trace_speedup", 1.0)
+    if speedup is not None and not 1e-3 <= speedup <= 1e6:
+        raise UsageError(f"--trace-speedup: {speedup} must be between 0.001 and 1e6")
     burstiness = getattr(options, "burstiness", 1.0)
     if burstiness is not None and not 0.01 <= burstiness <= 100:
         raise UsageError(f"--burstiness: {burstiness} must be between 0.01 and 100")

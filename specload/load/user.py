@@ -27,6 +27,7 @@ from specload.load.chat import ChatRequester
 from specload.load.failures import BACKOFF_FIRST_S, RequestFailed, pause_s
 from specload.load.records import RequestRecord
 from specload.load.session import LoadSession, get_session
+from specload.prompts import Prompt
 
 del _plugin
 
@@ -51,7 +52,7 @@ class ChatUser(User):
     @task
     def chat(self) -> None:
         session = self._session
-        prompt = session.next_prompt()
+        prompt = self.next_prompt()
         step = session.request_started()
         if self._requester is None:
             try:
@@ -78,6 +79,10 @@ class ChatUser(User):
             self._pace(record, getattr(self._requester, "retry_after_s", None))
         else:
             self._failures = 0
+
+    def next_prompt(self) -> Prompt:
+        """The next request's prompt (the session's sampler; a trace replay's own)."""
+        return self._session.next_prompt()
 
     def _pace(self, record: RequestRecord, retry_after_s: float | None) -> None:
         """After a failed request (published): wait as the backoff and Retry-After say."""

@@ -190,16 +190,20 @@ class LocustBackend:
     def set_step(self, step: str, budget: int | None = None) -> None:
         load_api.set_step(self.env, step, budget)
 
-    def _pace(self, rate: float | None, *, hold: bool = False) -> None:
+    def _pace(self, rate: float | None, *, hold: bool = False, trace: bool = False) -> None:
         self._pace_seq += 1
         if isinstance(self.runner, MasterRunner):
-            n = max(1, len(self.runner.clients.ready))
-            per_worker = None if rate is None else rate / n
-            self.runner.send_message(
-                MSG_PACE, {"rate": per_worker, "seq": self._pace_seq, "hold": hold}
-            )
+            ready = self.runner.clients.ready
+            n = max(1, len(ready))
+            per_worker = None if rate is None or trace else rate / n
+            data: dict[str, object] = {"rate": per_worker, "seq": self._pace_seq, "hold": hold}
+            if trace:  # each worker sends every n-th entry, by its place in this list
+                data["trace_workers"] = sorted(str(c.id) for c in ready)
+            self.runner.send_message(MSG_PACE, data)
         else:
-            get_pacer(self.env).set_rate(rate, self._pace_seq, hold=hold)
+            get_pacer(self.env).set_rate(
+                None if trace else rate, self._pace_seq, hold=hold, trace=(0, 1) if trace else None
+            )
 
     def hold(self) -> None:
         """Users finish the request they are in and start no other (the final drain)."""
@@ -216,7 +220,7 @@ class LocustBackend:
         return max(0, int(session.started) - int(session.published))
 
     def start(self, level: Level) -> None:
-        self._pace(level.request_rate)
+        self._pace(level.request_rate, trace=level.trace > 0)
         users = level.users
         # --ramp-up: the users start over that long (Locust's spawn rate); else in a second.
         rate = (

@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import gevent
@@ -33,6 +33,8 @@ from locust.runners import WorkerRunner
 # The module, not the class: Locust would run every User class found in this file.
 from specload.load import user as _chat
 from specload.load.options import WARMUP_SUFFIX
+from specload.prompts import Prompt
+from specload.prompts.trace import TraceEntry, load_trace, share
 
 MSG_PACE = "specload:pace"
 # Closed-loop users in step end their streams in the same moment, and the client then
@@ -60,18 +62,33 @@ class Pacer:
     or gamma with ``--burstiness``); ``None`` = closed loop. Arrival times are kept on an
     absolute schedule: a late wake-up does not push the later arrivals back."""
 
-    def __init__(self, seed: int | None = None, burstiness: float = 1.0) -> None:
+    def __init__(
+        self,
+        seed: int | None = None,
+        burstiness: float = 1.0,
+        trace: Callable[[], list[TraceEntry]] | None = None,
+    ) -> None:
         self.burstiness = burstiness
+        self._trace = trace  # the trace's entries (loaded on first use), for --trace
         self.rate: float | None = None
         self.hold = False
         self.seq = 0
-        # Each ticket: when its request was due (wall clock), for the record's scheduled_s.
-        self._tickets: gevent.queue.Queue[float | None] = gevent.queue.Queue()
+        # Each ticket: when its request was due (wall clock, the record's scheduled_s) and,
+        # replaying a trace, the request's prompt.
+        self._tickets: gevent.queue.Queue[tuple[float, Prompt | None]] = gevent.queue.Queue()
         self._greenlet: gevent.Greenlet[Any, Any] | None = None
         self._rng = random.Random(seed)
 
-    def set_rate(self, rate: float | None, seq: int = 0, *, hold: bool = False) -> None:
-        """Open loop at ``rate``; closed loop when ``None``; ``hold``: no new requests at all."""
+    def set_rate(
+        self,
+        rate: float | None,
+        seq: int = 0,
+        *,
+        hold: bool = False,
+        trace: tuple[int, int] | None = None,
+    ) -> None:
+        """Open loop at ``rate``; closed loop when ``None``; ``hold``: no new requests at all;
+        ``trace``: replay this process's share of the trace (``(index, of count)``)."""
         if seq and seq < self.seq:
             return
         self.seq = seq or self.seq + 1
@@ -82,7 +99,10 @@ class Pacer:
             self._tickets.get_nowait()
         self.hold = hold
         self.rate = rate if rate and rate > 0 else None
-        if self.rate is not None and not hold:
+        if trace is not None and self._trace is not None and not hold:
+            self.rate = float("inf")  # open loop: users wait for the trace's tickets
+            self._greenlet = gevent.spawn(self._replay, share(self._trace(), *trace))
+        elif self.rate is not None and not hold:
             self._greenlet = gevent.spawn(self._arrivals, self.rate)
 
     def _arrivals(self, rate: float) -> None:
@@ -94,15 +114,25 @@ class Pacer:
             delay = due - time.monotonic()
             if delay > 0:
                 gevent.sleep(delay)
-            self._tickets.put(wall + due)
+            self._tickets.put((wall + due, None))
 
-    def wait(self) -> float | None:
-        """Take a ticket (open loop, or held): when its request was due (wall clock);
-        None in a closed loop."""
+    def _replay(self, entries: list[TraceEntry]) -> None:
+        start = time.monotonic()
+        wall = time.time() - start
+        for entry in entries:
+            due = start + entry.offset_s
+            delay = due - time.monotonic()
+            if delay > 0:
+                gevent.sleep(delay)
+            self._tickets.put((wall + due, entry.prompt))
+
+    def wait(self) -> tuple[float | None, Prompt | None]:
+        """Take a ticket (open loop, or held): when its request was due (wall clock) and
+        the trace's prompt; ``(None, None)`` in a closed loop."""
         if self.rate is not None or self.hold:
-            due: float | None = self._tickets.get()
-            return due
-        return None
+            due, prompt = self._tickets.get()
+            return due, prompt
+        return None, None
 
     def start_delay(self, step: str) -> float:
         """Seconds a new user waits before its first request: in a closed-loop warm-up,
@@ -124,9 +154,12 @@ def get_pacer(environment: Any) -> Pacer:
         runner = getattr(environment, "runner", None)
         worker = str(getattr(runner, "client_id", "") or "")
         seed = f"{getattr(opts, 'prompt_seed', 0)}:{worker}"
+        path = str(getattr(opts, "trace", "") or "")
+        speedup = float(getattr(opts, "trace_speedup", 1.0) or 1.0)
         pacer = Pacer(
             seed=zlib.crc32(seed.encode()),
             burstiness=float(getattr(opts, "burstiness", 1.0) or 1.0),
+            trace=(lambda: load_trace(path, speedup=speedup)) if path else None,
         )
         environment._specload_pacer = pacer
     return pacer
@@ -135,23 +168,34 @@ def get_pacer(environment: Any) -> Pacer:
 class SweepUser(_chat.ChatUser):
     """A chat user that takes a pacing ticket before each request (open loop only)."""
 
+    trace_prompt: Prompt | None = None
+
     def on_start(self) -> None:
         super().on_start()
         pacer = get_pacer(self.environment)
         delay = pacer.start_delay(self._session.step)
         if delay > 0:
             gevent.sleep(delay)
-        self.scheduled_s = pacer.wait()
+        self.scheduled_s, self.trace_prompt = pacer.wait()
 
     def wait_time(self) -> float:
-        self.scheduled_s = get_pacer(self.environment).wait()
+        self.scheduled_s, self.trace_prompt = get_pacer(self.environment).wait()
         return 0.0
+
+    def next_prompt(self) -> Prompt:
+        prompt, self.trace_prompt = self.trace_prompt, None
+        return prompt if prompt is not None else super().next_prompt()
 
 
 def _on_pace(environment: Any, msg: Any, **kw: Any) -> None:
     data = msg.data or {}
+    trace = None
+    workers = data.get("trace_workers")
+    if isinstance(workers, list):  # this worker's share: its place among the workers
+        me = str(getattr(environment.runner, "client_id", ""))
+        trace = (workers.index(me) if me in workers else 0, max(1, len(workers)))
     get_pacer(environment).set_rate(
-        data.get("rate"), int(data.get("seq", 0)), hold=bool(data.get("hold"))
+        data.get("rate"), int(data.get("seq", 0)), hold=bool(data.get("hold")), trace=trace
     )
 
 

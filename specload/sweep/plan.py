@@ -37,10 +37,14 @@ class Level:
     duration_s: float | None
     requests: int | None
     ramp_up_s: float = 0.0  # closed loop: new users start over this long (0: at once)
+    trace: int = 0  # a trace replay of this many requests (request_rate: its mean rate)
 
     @property
     def name(self) -> str:
-        """The step label of the measured window (bounded, stable): ``c16`` or ``r2.5``."""
+        """The step label of the measured window (bounded, stable): ``c16``, ``r2.5`` or
+        ``trace``."""
+        if self.trace:
+            return "trace"
         if self.concurrency is not None:
             return f"c{self.concurrency}"
         assert self.request_rate is not None
@@ -134,10 +138,21 @@ def build_plan(
     duration: str | float | None,
     requests: int | None,
     ramp_up: str | float = 0,
+    trace: tuple[int, float] | None = None,
 ) -> SweepPlan:
     """Validate the sweep options and return the plan (raises :class:`UsageError`)."""
     if concurrency is not None and request_rate is not None:
         raise UsageError("--concurrency and --request-rate are exclusive (closed or open loop)")
+    if trace is not None:
+        return _trace_plan(
+            trace,
+            concurrency=concurrency,
+            request_rate=request_rate,
+            max_concurrency=max_concurrency,
+            duration=duration,
+            requests=requests,
+            ramp_up=ramp_up,
+        )
     warmup_s = parse_duration(warmup, name="--warmup")
     ramp_up_s = parse_duration(ramp_up, name="--ramp-up")
     if ramp_up_s > 0 and request_rate is not None:
@@ -185,3 +200,40 @@ def build_plan(
         for i, c in enumerate(counts)
     )
     return SweepPlan(levels, "closed")
+
+
+def _trace_plan(
+    trace: tuple[int, float],
+    *,
+    concurrency: str | None,
+    request_rate: str | None,
+    max_concurrency: int | None,
+    duration: str | float | None,
+    requests: int | None,
+    ramp_up: str | float,
+) -> SweepPlan:
+    """One open-loop level, ``trace``: the trace's ``(entries, span_s)`` sent at their times,
+    at most ``max_concurrency`` in flight; its window ends when every request has."""
+    given = [
+        flag
+        for flag, value in (
+            ("--concurrency", concurrency),
+            ("--request-rate", request_rate),
+            ("--duration", duration),
+            ("--requests", requests),
+        )
+        if value is not None
+    ]
+    if given:
+        raise UsageError(f"{given[0]}: not with --trace (the trace sets the arrivals and count)")
+    if parse_duration(ramp_up, name="--ramp-up"):
+        raise UsageError("--ramp-up: not with --trace (the trace sets the arrivals)")
+    if max_concurrency is not None and not 1 <= max_concurrency <= MAX_CONCURRENCY:
+        raise UsageError(
+            f"--max-concurrency: {max_concurrency} must be from 1 to {MAX_CONCURRENCY:,}"
+        )
+    entries, span_s = trace
+    rate = entries / span_s if span_s > 0 else float(entries)
+    cap = max_concurrency if max_concurrency is not None else 256
+    level = Level(0, None, rate, cap, 0.0, None, entries, trace=entries)
+    return SweepPlan((level,), "open")

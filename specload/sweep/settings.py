@@ -25,6 +25,7 @@ from specload.errors import UsageError
 from specload.load.metrics import parse_address
 from specload.load.options import cache_bust_nonce
 from specload.load.options import validate as validate_load_options
+from specload.prompts.trace import load_trace
 from specload.results.writer import prepare_out_dir
 from specload.sweep.options import LOAD_OPTIONS, worker_argv
 from specload.sweep.plan import SweepPlan, build_plan
@@ -182,6 +183,15 @@ def check_metrics_port(text: str | None) -> None:
             ) from None
 
 
+def _trace_shape(args: argparse.Namespace) -> tuple[int, float] | None:
+    """``--trace``: its entries and span (s, speedup applied), read once to plan the run."""
+    path = getattr(args, "trace", "") or ""
+    if not path:
+        return None
+    entries = load_trace(path, speedup=float(getattr(args, "trace_speedup", 1.0) or 1.0))
+    return len(entries), entries[-1].offset_s
+
+
 def settings_from_args(args: argparse.Namespace) -> SweepSettings:
     """Check every option (one-line errors naming it) and resolve them; creates ``--out``."""
     validate_load_options(args)
@@ -193,6 +203,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         duration=args.duration,
         requests=args.requests,
         ramp_up=args.ramp_up,
+        trace=_trace_shape(args),
     )
     url = parse_server_url(args.host)
     check_workers(args.workers, args.expect_workers, args.master_bind_port)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import statistics
 from pathlib import Path
 
@@ -18,6 +19,9 @@ from tests.fixtures.sweep import run_specload
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
+# Send lateness p99 of a trace at its native rate (100/s): this VM stalls every process for
+# 50-150 ms about every 1.5 s, so the bound is what a stall leaves (bench/results/arrivals.md).
+TRACE_LATENESS_P99_MS = 5.0
 SIM = [
     *("--timing", "fixed", "--fixed-ttft", "0.001", "--fixed-itl", "0.001"),
     *("--fixed-reasoning-tokens", "2", "--fixed-content-tokens", "2", "--load-time", "0"),
@@ -81,3 +85,46 @@ def test_ramp_up_starts_the_users_over_its_length(tmp_path: Path) -> None:
     last = sum(1 for t in warm if window - 0.5 <= t < window)
     print(json.dumps({"first_half_second": first, "last_half_second": last}))
     assert first < 0.25 * last
+
+
+def test_a_trace_is_replayed_at_its_times_with_its_shared_prefixes(tmp_path: Path) -> None:
+    # 1,000 requests over 10 s (Mooncake form): two blocks each, the first shared by
+    # groups of ten (the second is each request's own), four output tokens.
+    rng = random.Random(5)
+    times = sorted(rng.uniform(0, 10_000) for _ in range(1000))
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(
+        "".join(
+            json.dumps({"timestamp": round(t, 3), "input_length": 600, "output_length": 4,
+                        "hash_ids": [i // 10, 100_000 + i]}) + "\n"
+            for i, t in enumerate(times)
+        )
+    )  # fmt: skip
+    sim = start_sim(SIM, tmp_path / "sim")
+    out = tmp_path / "run"
+    try:
+        result = run_specload(
+            [
+                *("run", "--host", sim.url, "--out", str(out), "--trace", str(trace)),
+                *("--metrics-address", "off", "--progress", "off", "--no-plots"),
+            ],
+            timeout=300,
+        )
+    finally:
+        sim.stop()
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    (level,) = summary["levels"]
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    assert level["name"] == "trace" and level["completed"] == 1000 and len(records) == 1000
+    due = sorted(r["scheduled_s"] for r in records)
+    offsets = [d - due[0] for d in due]
+    want = [(t - times[0]) / 1000 for t in times]
+    assert max(abs(a - b) for a, b in zip(offsets, want, strict=True)) < 1e-3
+    assert {r["max_tokens"] for r in records} == {4}
+    print(json.dumps({"p99_send_lateness_ms": level["p99_send_lateness_ms"],
+                      "max_send_lateness_ms": level["max_send_lateness_ms"],
+                      "prefix_cache_hit_ratio": level["prefix_cache_hit_ratio"]}))  # fmt: skip
+    # the shared first blocks hit the server's prefix cache (reset at the level's start)
+    assert level["prefix_cache_hit_ratio"] > 0.3
+    assert level["p99_send_lateness_ms"] <= TRACE_LATENESS_P99_MS
