@@ -31,6 +31,7 @@ from specload.results.aggregate import LevelAggregate, assess_level
 from specload.sweep.plan import Level, SweepPlan
 from specload.sweep.reconcile import Reconciler, reconcile_flags, reconcile_warnings
 from specload.sweep.reconcile import verdicts as reconcile_verdicts
+from specload.sweep.search import SloSearch
 from specload.sweep.server_metrics import CacheReset
 from specload.sweep.window import Outage, Window
 
@@ -97,6 +98,7 @@ class LevelState:
     lost: int = 0
     started: int = 0  # records of this level's step that arrived
     probe: ServerSide | None = None
+    search_step: int | None = None  # --search: this level's place in the search
     reconciler: Reconciler | None = None
     cache_reset: CacheReset | None = None
 
@@ -136,6 +138,7 @@ class SweepDriver:
         on_tick: Callable[[SweepDriver], None] | None = None,
         reset_cache: Callable[[], CacheReset] | None = None,
         objectives: Mapping[str, float] | None = None,
+        search: SloSearch | None = None,
     ) -> None:
         self.plan = plan
         self.backend = backend
@@ -151,9 +154,10 @@ class SweepDriver:
         self.drain_timeout_s = drain_timeout_s
         self.on_tick = on_tick
         self.reset_cache = reset_cache
-        self.states = [
-            LevelState(level, aggregate=LevelAggregate(objectives)) for level in plan.levels
-        ]
+        self.objectives = dict(objectives or {})
+        self.search = search
+        levels = [search.first()] if search is not None else list(plan.levels)
+        self.states = [LevelState(level, aggregate=LevelAggregate(objectives)) for level in levels]
         self._by_step = {s.level.name: s for s in self.states}
         self.current: LevelState | None = None
         self.status = "running"
@@ -208,9 +212,12 @@ class SweepDriver:
         try:
             if self.states:
                 self._begin_level(self.states[0])
-            for i, state in enumerate(self.states):
+            i = 0
+            while i < len(self.states):  # a search appends its next level as it goes
+                state = self.states[i]
                 following = self.states[i + 1] if i + 1 < len(self.states) else None
                 self._run_level(state, following)
+                i += 1
             self._drain()
             self.status = "complete"
         except Stopped as stop:
@@ -291,6 +298,8 @@ class SweepDriver:
         state.window_ended_at = iso(state.window_end_wall)
         state.lost = self.backend.lost() - state.lost_at_start
         log.info("level %s window ends after %.3fs", level.name, state.window.active_s(0))
+        if following is None and self.search is not None:
+            following = self._searched(state)
         if following is not None:
             self._begin_level(following)
         else:
@@ -309,6 +318,20 @@ class SweepDriver:
         for warning in self.level_warnings(state):
             log.warning("level %s: %s", level.name, warning)
         self.write_summary()
+
+    def _searched(self, state: LevelState) -> LevelState | None:
+        """The search's next level after ``state`` (its requests all in: the window ended)."""
+        assert self.search is not None
+        stats = state.aggregate.all
+        attainment = stats.slo_met / stats.completed if stats.completed else None
+        state.search_step = len(self.search.steps)
+        nxt = self.search.next_level(state.level, attainment)
+        if nxt is None:
+            return None
+        new = LevelState(nxt, aggregate=LevelAggregate(self.objectives))
+        self.states.append(new)
+        self._by_step[nxt.name] = new
+        return new
 
     def _start_probe(self, state: LevelState) -> None:
         if self.server_factory is None:
@@ -495,6 +518,7 @@ class SweepDriver:
             "reconciliation": rec,
             "spec_decode_reconciled": spec_ok,
             "tokens_reconciled": tokens_ok,
+            "search_step": state.search_step,
         }
 
     def level_warnings(self, state: LevelState) -> list[str]:
@@ -536,6 +560,7 @@ class SweepDriver:
             "outage_s": outage_s,
             "overhead_s": overhead,
             "levels": levels,
+            **({"search": self.search.result()} if self.search is not None else {}),
         }
 
     def write_summary(self) -> dict[str, Any]:

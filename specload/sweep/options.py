@@ -153,6 +153,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="at the end, longest wait for the last level's in-flight requests",
     )
     sweep.add_argument(
+        "--search",
+        choices=("slo",),
+        default=None,
+        help="find the highest concurrency at which --attainment of the requests meet every "
+        "--slo objective: levels doubling from the range's low end, then bisection (closed loop)",
+    )
+    sweep.add_argument(
+        "--attainment",
+        type=float,
+        default=0.9,
+        help="--search slo: the share of completed requests that must meet the objectives "
+        "(default 0.9)",
+    )
+    sweep.add_argument(
+        "--search-range",
+        default="1:512",
+        metavar="LOW:HIGH",
+        help="--search slo: the concurrency range searched (default 1:512)",
+    )
+    sweep.add_argument(
+        "--search-precision",
+        type=int,
+        default=1,
+        metavar="USERS",
+        help="--search slo: stop when the highest level that held and the lowest that did not "
+        "are this many users apart (default 1)",
+    )
+    sweep.add_argument(
         "--prefix-cache-reset",
         choices=("auto", "off"),
         default="auto",

@@ -183,6 +183,7 @@ def run_sweep(settings: SweepSettings) -> int:
             server=server_probe if metrics_url else None,
             reset_cache=reset_cache if settings.prefix_cache_reset else None,
             objectives=parse_slo(settings.load.get("slo")).as_dict(),
+            search=settings.search,
             outage=OutagePolicy(
                 mode=settings.on_outage,
                 timeout_s=settings.outage_timeout_s,

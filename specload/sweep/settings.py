@@ -27,8 +27,10 @@ from specload.load.options import cache_bust_nonce
 from specload.load.options import validate as validate_load_options
 from specload.prompts.trace import load_trace
 from specload.results.writer import prepare_out_dir
+from specload.slo import parse_slo
 from specload.sweep.options import LOAD_OPTIONS, worker_argv
 from specload.sweep.plan import SweepPlan, build_plan
+from specload.sweep.search import SloSearch, parse_range
 from specload.urls import ServerURL, parse_server_url, redact_url
 
 #: Local worker processes (``--workers``) and workers in all (``--expect-workers``): beyond
@@ -70,6 +72,8 @@ class SweepSettings:
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     # Reset the server's prefix cache at the start of every level (where it allows it).
     prefix_cache_reset: bool = True
+    # --search slo: the search (its first level is the plan's one level); None: the plan.
+    search: SloSearch | None = None
 
     def __post_init__(self) -> None:
         for name in ("load", "given", "secrets"):  # copies nobody else holds: read-only
@@ -195,8 +199,18 @@ def _trace_shape(args: argparse.Namespace) -> tuple[int, float] | None:
 def settings_from_args(args: argparse.Namespace) -> SweepSettings:
     """Check every option (one-line errors naming it) and resolve them; creates ``--out``."""
     validate_load_options(args)
+    search_range = None
+    if getattr(args, "search", None) == "slo":
+        if not parse_slo(args.slo):
+            raise UsageError("--search slo: give the objectives with --slo (e.g. tpot=20ms)")
+        if args.concurrency is not None or args.request_rate is not None or args.trace:
+            raise UsageError(
+                "--search slo: searches the concurrency itself (--search-range, not "
+                "--concurrency, --request-rate or --trace)"
+            )
+        search_range = parse_range(args.search_range)
     plan = build_plan(
-        concurrency=args.concurrency,
+        concurrency=str(search_range[0]) if search_range else args.concurrency,
         request_rate=args.request_rate,
         max_concurrency=args.max_concurrency,
         warmup=args.warmup,
@@ -242,4 +256,13 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         given=given,
         secrets=secrets,
         prefix_cache_reset=args.prefix_cache_reset != "off",
+        search=SloSearch(
+            plan.levels[0],
+            args.attainment,
+            search_range[0],
+            search_range[1],
+            args.search_precision,
+        )
+        if search_range
+        else None,
     )

@@ -25,12 +25,13 @@ ROOT = Path(__file__).resolve().parents[2]
 # prompts, prompt_seed, max_tokens, temperature, stream, warmup, duration, requests; results
 # repair reads warmup, duration, requests, max_concurrency).
 PUBLIC_KEYS = [
-    "burstiness", "cache_bust", "concurrency", "drain_timeout", "duration", "expect_workers",
-    "host", "master_bind_host", "master_bind_port", "max_concurrency", "max_tokens",
-    "metrics_address", "metrics_url", "model", "no_plots", "on_outage", "out", "outage_timeout",
-    "prefix_cache_reset", "progress", "prompt_seed", "prompts", "ramp_up", "ready_timeout",
-    "record_token_ids", "records_file", "request_rate", "request_timeout", "requests", "slo",
-    "spec_estimate", "stream", "temperature", "tokenizer", "usage_stats", "variant", "warmup",
+    "attainment", "burstiness", "cache_bust", "concurrency", "drain_timeout", "duration",
+    "expect_workers", "host", "master_bind_host", "master_bind_port", "max_concurrency",
+    "max_tokens", "metrics_address", "metrics_url", "model", "no_plots", "on_outage", "out",
+    "outage_timeout", "prefix_cache_reset", "progress", "prompt_seed", "prompts", "ramp_up",
+    "ready_timeout", "record_token_ids", "records_file", "request_rate", "request_timeout",
+    "requests", "search", "search_precision", "search_range", "slo", "spec_estimate", "stream",
+    "temperature", "tokenizer", "trace", "trace_speedup", "usage_stats", "variant", "warmup",
     "workers",
 ]  # fmt: skip
 
@@ -108,6 +109,7 @@ def test_the_detected_model_reaches_workers_and_results_without_mutation(tmp_pat
         "--temperature", "0.5", "--model", "qwen-tiny", "--variant", "default",
         "--stream", "false", "--usage-stats", "true", "--record-token-ids", "false",
         "--cache-bust", "off", "--spec-estimate", "false", "--burstiness", "1.0",
+        "--trace-speedup", "1.0",
         "--request-timeout", "600.0",
         "--metrics-address", "off",
     ]  # fmt: skip
