@@ -39,14 +39,10 @@ from dataclasses import dataclass, field
 from specload import vllm_metrics as vm
 from specload.promtext import Exposition
 
-# vLLM 0.32 families the shared reader (specload.vllm_metrics) does not name yet; both
-# are on the real pages in tests/data/vllm-0.32.0 (and in the simulator's).
-PREEMPTIONS = "vllm:num_preemptions_total"  # requests preempted (KV cache full), all engines
-# One sample per engine and state: 1 for the engine's current state, 0 for the others.
-ENGINE_SLEEP_STATE = "vllm:engine_sleep_state"  # label sleep_state
-#: The states of ``vllm:engine_sleep_state`` (awake; sleep level 1: weights offloaded;
-#: level 2: weights and KV cache discarded). Any other value is not exported (a bounded label).
-SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
+# vLLM 0.32's preemptions and sleep state, named in the shared reader.
+PREEMPTIONS = vm.PREEMPTIONS
+ENGINE_SLEEP_STATE = vm.ENGINE_SLEEP_STATE
+SLEEP_STATES = vm.SLEEP_STATES
 
 WANTED: frozenset[str] = frozenset(
     {

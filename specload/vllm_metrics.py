@@ -134,6 +134,12 @@ GPU_PREFIX_CACHE_QUERIES_LEGACY = "vllm:gpu_prefix_cache_queries_total"
 GPU_PREFIX_CACHE_HITS_LEGACY = "vllm:gpu_prefix_cache_hits_total"
 PREFIX_CACHE_QUERIES_NAMES = (PREFIX_CACHE_QUERIES, GPU_PREFIX_CACHE_QUERIES_LEGACY)
 PREFIX_CACHE_HITS_NAMES = (PREFIX_CACHE_HITS, GPU_PREFIX_CACHE_HITS_LEGACY)
+PREEMPTIONS = "vllm:num_preemptions_total"  # requests preempted (KV cache full), all engines
+# One sample per engine and state: 1 for the engine's current state, 0 for the others.
+ENGINE_SLEEP_STATE = "vllm:engine_sleep_state"  # label sleep_state
+#: The states of ``vllm:engine_sleep_state`` (awake; sleep level 1: weights offloaded;
+#: level 2: weights and KV cache discarded). Any other value is not exported (a bounded label).
+SLEEP_STATES = ("awake", "weights_offloaded", "discard_all")
 
 # prometheus_client's process collector (a restart shows as a new value).
 PROCESS_START = "process_start_time_seconds"

@@ -487,7 +487,7 @@ class SweepDriver:
         flags.extend(f for f in reconcile_flags(rec) if f not in flags)
         warnings.extend(reconcile_warnings(rec))
         reset = state.cache_reset
-        if reset is not None and reset.done is False:
+        if reset is not None and reset.done is False and not reset.busy:
             warnings.append(f"the server's prefix cache was not reset: {reset.detail}")
         return {
             "name": level.name,

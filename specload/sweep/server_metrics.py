@@ -191,6 +191,9 @@ class CacheReset:
     done: bool | None
     detail: str | None = None
     again: bool = True
+    # Refused while requests ran (the last level's, still finishing): expected between
+    # levels that overlap; the run's first level starts on an idle server and resets.
+    busy: bool = False
 
 
 RESET_PATH = "/reset_prefix_cache"
@@ -226,7 +229,9 @@ def reset_prefix_cache(post: Post, *, cache_bust: bool) -> CacheReset:
         success = True  # 200 without the JSON body of vLLM 0.32: older servers
     if success is False:
         return CacheReset(
-            False, f"the server refused (requests still running held cached blocks); {instead}"
+            False,
+            f"the server refused (requests still running held cached blocks); {instead}",
+            busy=True,
         )
     return CacheReset(True)
 
