@@ -249,6 +249,9 @@ class SweepDriver:
         state.started_at = iso(self.wall())
         state.lost_at_start = self.backend.lost()
         if self.reset_cache is not None:
+            # No request starts while the server resets (the old level's window is over,
+            # the new one's not begun: nothing is labelled with either step meanwhile).
+            self.backend.set_step(DRAIN_STEP, 0)
             state.cache_reset = reset = self.reset_cache()
             if not reset.again:
                 self.reset_cache = None  # the server does not serve it: once is enough
@@ -300,6 +303,11 @@ class SweepDriver:
         log.info("level %s window ends after %.3fs", level.name, state.window.active_s(0))
         if following is None and self.search is not None:
             following = self._searched(state)
+        if probe is not None and following is not None and following.level.warmup_s <= 0:
+            # The next level scrapes before its users start: this one's last scrape first,
+            # so the two levels' server blocks do not overlap.
+            self._end_probe(state, probe)
+            probe = None
         if following is not None:
             self._begin_level(following)
         else:
@@ -309,10 +317,7 @@ class SweepDriver:
             self._drain_start = self.clock()
             self.current = None
         if probe is not None:
-            state.server = probe.end()
-            times = getattr(probe, "end_times", None)
-            if state.reconciler is not None and times is not None:
-                state.reconciler.close(*times)
+            self._end_probe(state, probe)
         state.ended_at = state.window_ended_at
         state.phase = "done"
         for warning in self.level_warnings(state):
@@ -332,6 +337,13 @@ class SweepDriver:
         self.states.append(new)
         self._by_step[nxt.name] = new
         return new
+
+    @staticmethod
+    def _end_probe(state: LevelState, probe: ServerSide) -> None:
+        state.server = probe.end()
+        times = getattr(probe, "end_times", None)
+        if state.reconciler is not None and times is not None:
+            state.reconciler.close(*times)
 
     def _start_probe(self, state: LevelState) -> None:
         if self.server_factory is None:

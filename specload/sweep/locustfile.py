@@ -43,6 +43,9 @@ MSG_PACE = "specload:pace"
 # arrival stamp (bench/results/client.md). A warm-up spreads new users' first requests
 # over this many seconds; once apart, users with identical requests stay apart.
 START_SPREAD_S = 1.0
+# Open loop: a ticket goes to a waiting user this long before it is due, and the user sleeps
+# to the due time itself (one timer on the way to the send, not the pacer's and a queue hop).
+TICKET_LEAD_S = 0.02
 
 
 def gaps(rng: random.Random, rate: float, burstiness: float) -> Iterator[float]:
@@ -111,7 +114,7 @@ class Pacer:
         due = start
         for gap in gaps(self._rng, rate, self.burstiness):
             due += gap
-            delay = due - time.monotonic()
+            delay = due - TICKET_LEAD_S - time.monotonic()
             if delay > 0:
                 gevent.sleep(delay)
             self._tickets.put((wall + due, None))
@@ -121,7 +124,7 @@ class Pacer:
         wall = time.time() - start
         for entry in entries:
             due = start + entry.offset_s
-            delay = due - time.monotonic()
+            delay = due - TICKET_LEAD_S - time.monotonic()
             if delay > 0:
                 gevent.sleep(delay)
             self._tickets.put((wall + due, entry.prompt))
@@ -131,6 +134,10 @@ class Pacer:
         the trace's prompt; ``(None, None)`` in a closed loop."""
         if self.rate is not None or self.hold:
             due, prompt = self._tickets.get()
+            if due is not None:  # the ticket came early: its user sleeps to the due time
+                early = due - time.time()
+                if early > 0:
+                    gevent.sleep(early)
             return due, prompt
         return None, None
 

@@ -72,6 +72,8 @@ class Reconciler:
         """The level's ``reconciliation`` block (None without both scrapes)."""
         if self.end_sent is None or self.end_done is None or "error" in server:
             return None
+        if server.get("counter_reset"):  # counted from zero after a restart: no comparison
+            return {"restarted": True, "generated_tokens": None, "spec_decode": None}
         inside: dict[str, float] = {}
         top: dict[str, float] = {}
         n_inside = n_over = without_spec = 0

@@ -19,9 +19,11 @@ from tests.fixtures.sweep import run_specload
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-# Send lateness p99 of a trace at its native rate (100/s): this VM stalls every process for
-# 50-150 ms about every 1.5 s, so the bound is what a stall leaves (bench/results/arrivals.md).
-TRACE_LATENESS_P99_MS = 5.0
+# Send lateness p99 of a trace at its native rate (100/s). Measured here: median 1.4 ms,
+# p99 5.0-5.5 ms, max 5.9-8.4 ms (the pacer's timer, the user's wake-up, the request's body);
+# the bound leaves room for this VM's 50-150 ms stalls of every process, and is the level's
+# late_sends flag's limit's fraction that still says "kept up".
+TRACE_LATENESS_P99_MS = 20.0
 SIM = [
     *("--timing", "fixed", "--fixed-ttft", "0.001", "--fixed-itl", "0.001"),
     *("--fixed-reasoning-tokens", "2", "--fixed-content-tokens", "2", "--load-time", "0"),

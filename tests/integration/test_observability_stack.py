@@ -36,9 +36,7 @@ from tests.fixtures.observability import (
     Prometheus,
     WebhookReceiver,
     dashboards,
-    exported_sources,
     free_port,
-    is_exported,
     panels,
     scaled_rules,
     start_alertmanager,
@@ -67,7 +65,11 @@ FIXED = [
 VARIANTS: dict[str, list[str]] = {
     "steady": ["--variant", "baseline", *FIXED],
     "degrading": ["--variant", "baseline", *FIXED],
-    "reloading": ["--variant", "ngram", "--time-scale", "10"],
+    # per-request spec-decode counts: the client's per-channel acceptance panels
+    "reloading": [
+        *("--variant", "ngram", "--time-scale", "10"),
+        *("--per-request-spec-decode-metrics", "detailed"),
+    ],
 }
 PROMPTS = {"reloading": "builtin:explanation,structured"}
 MAIN_RUN_S = 60
@@ -85,17 +87,6 @@ NO_DATA_HERE: dict[tuple[str, str], str] = {
         "tested by the profile and exporter tests"
     ),
 }
-if not is_exported("specload_client_spec_decode_draft_tokens_total", exported_sources()):
-    # Until the load generator exports its per-channel speculative-decoding counters;
-    # then these panels must have data here too. Their queries are checked against known
-    # series by tests/integration/test_observability_boards.py meanwhile.
-    for _title in (
-        "Draft acceptance rate by channel (client)",
-        "Mean acceptance length by channel (client)",
-    ):
-        NO_DATA_HERE[("specload-variants", _title)] = (
-            "the load generator does not export specload_client_spec_decode_* yet"
-        )
 #: Grafana fills these in; here a range query over the whole run stands in.
 VARIABLES = {
     "variant": "steady|degrading|reloading",
@@ -141,7 +132,7 @@ def _run(
     argv = specload(
         "run", "--host", url, "--variant", name, "--concurrency", str(CONCURRENCY),
         "--warmup", "0", "--duration", str(seconds), "--out", str(out),
-        "--progress", "off", "--prompt-seed", "1",
+        "--progress", "off", "--prompt-seed", "1", "--slo", "e2el=30s,tpot=50ms",
         "--metrics-address", f"127.0.0.1:{metrics_port}" if metrics_port else "off",
     )  # fmt: skip
     if name in PROMPTS:
