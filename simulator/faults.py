@@ -12,7 +12,9 @@ request instead (the Nth, 2Nth, … since the start: known per-request truth for
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from specload.errors import UsageError
 
@@ -53,45 +55,53 @@ class FaultConfig:
         return None
 
 
-def parse_fault_rates(items: list[str] | None) -> dict[str, float]:
-    """``["http500=0.1", "stall=0.01"]`` → rates; bad items raise UsageError naming them."""
-    rates: dict[str, float] = {}
+def _per_kind(
+    items: list[str] | None, flag: str, value: str, read: Callable[[str], Any]
+) -> dict[str, Any]:
+    """``KIND=VALUE`` items → values by kind; ``read`` raises ValueError naming what is wrong
+    with a value. Bad items raise UsageError naming them."""
+    out: dict[str, Any] = {}
     for item in items or []:
         kind, sep, text = item.partition("=")
         kind = kind.strip()
         if not sep:
-            raise UsageError(f"--fault-rate {item!r}: expected KIND=RATE")
+            raise UsageError(f"{flag} {item!r}: expected KIND={value}")
         if kind not in FAULT_KINDS:
             raise UsageError(
-                f"--fault-rate {item!r}: unknown kind {kind!r} (kinds: {', '.join(FAULT_KINDS)})"
+                f"{flag} {item!r}: unknown kind {kind!r} (kinds: {', '.join(FAULT_KINDS)})"
             )
         try:
-            rate = float(text)
-        except ValueError:
-            raise UsageError(f"--fault-rate {item!r}: rate must be a number in [0, 1]") from None
-        if not 0.0 <= rate <= 1.0:
-            raise UsageError(f"--fault-rate {item!r}: rate must be in [0, 1]")
-        rates[kind] = rate
-    return rates
+            out[kind] = read(text)
+        except ValueError as exc:
+            raise UsageError(f"{flag} {item!r}: {exc}") from None
+    return out
+
+
+def _rate(text: str) -> float:
+    try:
+        rate = float(text)
+    except ValueError:
+        raise ValueError("rate must be a number in [0, 1]") from None
+    if not 0.0 <= rate <= 1.0:
+        raise ValueError("rate must be in [0, 1]")
+    return rate
+
+
+def _every(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise ValueError("N must be a whole number") from None
+    if not 1 <= n <= 10**9:
+        raise ValueError("N must be from 1 to 1e9")
+    return n
+
+
+def parse_fault_rates(items: list[str] | None) -> dict[str, float]:
+    """``["http500=0.1", "stall=0.01"]`` → rates; bad items raise UsageError naming them."""
+    return _per_kind(items, "--fault-rate", "RATE", _rate)
 
 
 def parse_fault_every(items: list[str] | None) -> dict[str, int]:
     """``["stall=5"]`` → every 5th request stalls; bad items raise UsageError naming them."""
-    every: dict[str, int] = {}
-    for item in items or []:
-        kind, sep, text = item.partition("=")
-        kind = kind.strip()
-        if not sep:
-            raise UsageError(f"--fault-every {item!r}: expected KIND=N")
-        if kind not in FAULT_KINDS:
-            raise UsageError(
-                f"--fault-every {item!r}: unknown kind {kind!r} (kinds: {', '.join(FAULT_KINDS)})"
-            )
-        try:
-            n = int(text)
-        except ValueError:
-            raise UsageError(f"--fault-every {item!r}: N must be a whole number") from None
-        if not 1 <= n <= 10**9:
-            raise UsageError(f"--fault-every {item!r}: N must be from 1 to 1e9")
-        every[kind] = n
-    return every
+    return _per_kind(items, "--fault-every", "N", _every)

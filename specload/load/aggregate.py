@@ -106,6 +106,11 @@ class Stats:
         return self.chunks_coalesced / gaps if gaps else None
 
     @property
+    def slo_attainment_ratio(self) -> float | None:
+        """Completed requests meeting every objective / completed (None: none judged)."""
+        return self.slo_met / self.completed if self.completed and self.slo_judged else None
+
+    @property
     def reasoning_truncated_ratio(self) -> float | None:
         return self.reasoning_truncated / self.completed if self.completed else None
 
@@ -320,7 +325,7 @@ class Stats:
         return {
             "request_goodput": self.slo_met / duration_s if duration_s > 0 else None,
             "output_goodput": self.slo_met_tokens / duration_s if duration_s > 0 else None,
-            "slo_attainment_ratio": self.slo_met / n if n and judged else None,
+            "slo_attainment_ratio": self.slo_attainment_ratio,
             "slo": {
                 "objectives_s": dict(objectives),
                 "failing_ratio": {

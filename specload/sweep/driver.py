@@ -327,10 +327,8 @@ class SweepDriver:
     def _searched(self, state: LevelState) -> LevelState | None:
         """The search's next level after ``state`` (its requests all in: the window ended)."""
         assert self.search is not None
-        stats = state.aggregate.all
-        attainment = stats.slo_met / stats.completed if stats.completed else None
         state.search_step = len(self.search.steps)
-        nxt = self.search.next_level(state.level, attainment)
+        nxt = self.search.next_level(state.level, state.aggregate.all.slo_attainment_ratio)
         if nxt is None:
             return None
         new = LevelState(nxt, aggregate=LevelAggregate(self.objectives))

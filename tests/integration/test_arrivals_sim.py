@@ -30,23 +30,29 @@ SIM = [
 ]
 
 
-@pytest.mark.parametrize("burstiness", [0.5, 1.0, 2.0])
-def test_send_gaps_have_the_gammas_spread(tmp_path: Path, burstiness: float) -> None:
-    sim = start_sim(SIM, tmp_path / "sim")
+def _run(tmp_path: Path, sim_args: list[str], *args: str) -> tuple[Path, list[dict]]:
+    """``specload run ARGS`` against a fresh simulator; the results folder and its records."""
+    sim = start_sim(sim_args, tmp_path / "sim")
     out = tmp_path / "run"
     try:
         result = run_specload(
-            [
-                *("run", "--host", sim.url, "--out", str(out), "--request-rate", "100"),
-                *("--burstiness", str(burstiness), "--requests", "2000", "--warmup", "0"),
-                *("--metrics-address", "off", "--progress", "off", "--no-plots"),
-            ],
+            [*("run", "--host", sim.url, "--out", str(out)), *args,
+             *("--metrics-address", "off", "--progress", "off", "--no-plots")],
             timeout=300,
-        )
+        )  # fmt: skip
     finally:
         sim.stop()
     assert result.returncode == 0, result.stderr[-2000:]
-    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    lines = (out / "requests.jsonl").read_text().splitlines()
+    return out, [json.loads(line) for line in lines]
+
+
+@pytest.mark.parametrize("burstiness", [0.5, 1.0, 2.0])
+def test_send_gaps_have_the_gammas_spread(tmp_path: Path, burstiness: float) -> None:
+    out, records = _run(
+        tmp_path, SIM, "--request-rate", "100", "--burstiness", str(burstiness),
+        "--requests", "2000", "--warmup", "0",
+    )  # fmt: skip
     assert len(records) == 2000 and all(r["scheduled_s"] is not None for r in records)
     cvs = {}
     for key in ("scheduled_s", "start_s"):  # when each request was due, and when it went
@@ -62,21 +68,10 @@ def test_send_gaps_have_the_gammas_spread(tmp_path: Path, burstiness: float) -> 
 
 
 def test_ramp_up_starts_the_users_over_its_length(tmp_path: Path) -> None:
-    sim = start_sim([*SIM[:-2], "--fixed-itl", "0.01", "--load-time", "0"], tmp_path / "sim")
-    out = tmp_path / "run"
-    try:
-        result = run_specload(
-            [
-                *("run", "--host", sim.url, "--out", str(out), "--concurrency", "8"),
-                *("--warmup", "4s", "--ramp-up", "3s", "--duration", "1s"),
-                *("--metrics-address", "off", "--progress", "off", "--no-plots"),
-            ],
-            timeout=120,
-        )
-    finally:
-        sim.stop()
-    assert result.returncode == 0, result.stderr[-2000:]
-    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    out, records = _run(
+        tmp_path, [*SIM, "--fixed-itl", "0.01"], "--concurrency", "8",
+        "--warmup", "4s", "--ramp-up", "3s", "--duration", "1s",
+    )  # fmt: skip
     warm = sorted(r["start_s"] for r in records if r["step"] == "c8-warmup")
     window = json.loads((out / "summary.json").read_text())["levels"][0]["window_start_s"]
     # Closed loop, ~30 ms requests: requests started per second follow the users running.
@@ -102,22 +97,9 @@ def test_a_trace_is_replayed_at_its_times_with_its_shared_prefixes(tmp_path: Pat
             for i, t in enumerate(times)
         )
     )  # fmt: skip
-    sim = start_sim(SIM, tmp_path / "sim")
-    out = tmp_path / "run"
-    try:
-        result = run_specload(
-            [
-                *("run", "--host", sim.url, "--out", str(out), "--trace", str(trace)),
-                *("--metrics-address", "off", "--progress", "off", "--no-plots"),
-            ],
-            timeout=300,
-        )
-    finally:
-        sim.stop()
-    assert result.returncode == 0, result.stderr[-2000:]
+    out, records = _run(tmp_path, SIM, "--trace", str(trace))
     summary = json.loads((out / "summary.json").read_text())
     (level,) = summary["levels"]
-    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
     assert level["name"] == "trace" and level["completed"] == 1000 and len(records) == 1000
     due = sorted(r["scheduled_s"] for r in records)
     offsets = [d - due[0] for d in due]
