@@ -35,6 +35,7 @@ from specload.compare import TRUNCATED_SHARE
 from specload.compare.crossover import OPEN_LOOP, Crossover, LevelSamples, find_crossover
 from specload.compare.efficiency import Efficiency, level_efficiency
 from specload.compare.profiles import Profile, profile_beside
+from specload.compare.search import SearchComparison, compare_searches
 from specload.compare.stats import (
     MIN_N,
     Difference,
@@ -165,6 +166,7 @@ class Comparison:
     truncated_share: float = TRUNCATED_SHARE
     crossovers: list[Crossover] = field(default_factory=list)  # per variant after the first
     profiles: list[Profile | None] = field(default_factory=list)  # per variant
+    search: SearchComparison | None = None  # every run searched (--search slo): the limits
 
     def regressions(self, pct: float) -> list[str]:
         """Where a variant's median TPOT is worse than the first's by more than ``pct``%.
@@ -517,7 +519,7 @@ def check_runs(
     _labels(runs)
     names = runs[0].level_names()
     common = [n for n in names if all(run.level(n) is not None for run in runs[1:])]
-    if not common:
+    if not common and not all(run.summary.get("search") for run in runs):
         raise UsageError(
             f"compare: no level in common between {', '.join(str(r.path) for r in runs)}"
         )
@@ -638,6 +640,8 @@ def compare_runs(
     crossovers = _crossovers(
         runs, common, by_run, n_boot=n_boot, confidence=confidence, seed=seed, min_n=min_n
     )
+    search, search_warnings = compare_searches([(run.label, run.summary) for run in runs])
+    warnings += search_warnings
     return Comparison(
         [run.variant for run in runs],
         [run.path for run in runs],
@@ -651,6 +655,7 @@ def compare_runs(
         truncated_limit,
         crossovers,
         [run.profile for run in runs],
+        search,
     )
 
 

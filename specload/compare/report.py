@@ -19,6 +19,7 @@ from specload.compare.efficiency import (
     Efficiency,
 )
 from specload.compare.model import ALL, ALL_MEASURES, TOO_FEW, Comparison, LevelComparison
+from specload.compare.search import search_headline, search_json, search_markdown
 from specload.compare.stats import Difference
 
 JSON_FORMAT = "specload-comparison/1"
@@ -52,6 +53,8 @@ def headline(comp: Comparison) -> list[str]:
     """One line per variant and level: the TPOT verdict with its interval, n and acceptance."""
     lines: list[str] = []
     ref = comp.variants[0]
+    if comp.search is not None:
+        lines += search_headline(comp.search)
     for i, variant in enumerate(comp.variants[1:], start=1):
         for level in comp.levels:
             cell = level.cells.get((ALL, "tpot"))
@@ -99,6 +102,8 @@ def comparison_markdown(comp: Comparison) -> str:
         "",
     ]
     lines += [f"- {line}" for line in headline(comp)]
+    if comp.search is not None:
+        lines += ["", *search_markdown(comp.search)]
     lines += _efficiency_markdown(comp)
     lines += _crossover_markdown(comp)
     others = comp.variants[1:]
@@ -369,5 +374,6 @@ def comparison_json(comp: Comparison) -> dict[str, Any]:
             for p in comp.profiles
         ],
         "crossovers": [_crossover_json(c) for c in comp.crossovers],
+        "search": search_json(comp.search) if comp.search is not None else None,
         "levels": levels,
     }

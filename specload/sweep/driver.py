@@ -31,7 +31,7 @@ from specload.results.aggregate import LevelAggregate, assess_level
 from specload.sweep.plan import Level, SweepPlan
 from specload.sweep.reconcile import Reconciler, reconcile_flags, reconcile_warnings
 from specload.sweep.reconcile import verdicts as reconcile_verdicts
-from specload.sweep.search import SloSearch
+from specload.sweep.search import EarlyVerdict, SloSearch
 from specload.sweep.server_metrics import CacheReset
 from specload.sweep.window import Outage, Window
 
@@ -99,6 +99,8 @@ class LevelState:
     started: int = 0  # records of this level's step that arrived
     probe: ServerSide | None = None
     search_step: int | None = None  # --search: this level's place in the search
+    early: EarlyVerdict | None = None  # --search: watches the window for a verdict known early
+    cut_short: str | None = None  # --search: why the window ended before its plan
     reconciler: Reconciler | None = None
     cache_reset: CacheReset | None = None
 
@@ -198,6 +200,8 @@ class SweepDriver:
         state.started += 1
         if state.window is not None and state.window.end_s is None:
             state.window.completed += 1
+            if state.early is not None:
+                state.early.add(record)
 
     def request_stop(self, reason: str) -> None:
         """Ask the sweep to stop at the next tick (signal handlers call this)."""
@@ -263,18 +267,23 @@ class SweepDriver:
             self.sleep(0)  # let the users spawn before anything else runs
             state.warmup = Window(self.clock(), level.warmup_s)
         else:
+            # No warm-up: the first scrape goes before the level's first request, so a level
+            # whose requests all end inside its window brackets them whole (reconciled
+            # exactly). Users still running from the last level start nothing meanwhile: a
+            # request of this level's step must not end before its window opens.
+            self.backend.set_step(DRAIN_STEP, 0)
+            self._start_probe(state)
             state.phase = "measure"
             self.backend.set_step(level.name, level.requests)
-            # No warm-up: the first scrape goes before the users start, so a level whose
-            # requests all end inside its window brackets them whole (reconciled exactly).
-            self._start_probe(state)
+            self._open_window(state)
             self.backend.start(level)
             self.sleep(0)  # let the users spawn before anything else runs
-            self._open_window(state)
 
     def _open_window(self, state: LevelState) -> None:
         level = state.level
         state.window = Window(self.clock(), level.duration_s, level.requests)
+        if self.search is not None:
+            state.early = EarlyVerdict(self.search.attainment, level.requests)
         state.window_start_wall = self.wall()
         state.window_started_at = iso(state.window_start_wall)
 
@@ -328,7 +337,9 @@ class SweepDriver:
         """The search's next level after ``state`` (its requests all in: the window ended)."""
         assert self.search is not None
         state.search_step = len(self.search.steps)
-        nxt = self.search.next_level(state.level, state.aggregate.all.slo_attainment_ratio)
+        nxt = self.search.next_level(
+            state.level, state.aggregate.all.slo_attainment_ratio, state.cut_short
+        )
         if nxt is None:
             return None
         new = LevelState(nxt, aggregate=LevelAggregate(self.objectives))
@@ -362,12 +373,31 @@ class SweepDriver:
                     continue
             if window is state.window:
                 self._sample_users(state, window)
+                if state.early is not None and self._cut_short(state, window):
+                    return
             if self.on_tick is not None:
                 self.on_tick(self)
             remaining = window.remaining_s(self.clock())
             pause = self.tick_s if remaining is None else min(self.tick_s, remaining)
             if pause > 0:
                 self.sleep(pause)
+
+    def _cut_short(self, state: LevelState, window: Window) -> bool:
+        """A search level whose verdict is already known ends now (``state.cut_short``)."""
+        assert state.early is not None
+        if window.paused:
+            return False
+        if window.target_requests:
+            elapsed = window.completed / window.target_requests
+        else:
+            assert window.target_s is not None
+            elapsed = window.active_s(self.clock()) / window.target_s
+        reason = state.early.verdict(elapsed)
+        if reason is None:
+            return False
+        state.cut_short = reason
+        log.info("level %s cut short: %s", state.level.name, reason)
+        return True
 
     def _sample_users(self, state: LevelState, window: Window) -> None:
         """Integrate the users actually running over the window (not during outages)."""
@@ -495,6 +525,9 @@ class SweepDriver:
             users_min=state.users_min,
         )
         flags.extend(f for f in reconcile_flags(rec) if f not in flags)
+        if state.cut_short is not None:
+            flags.append("cut_short")
+            warnings.append(f"the search ended this level early: {state.cut_short}")
         warnings.extend(reconcile_warnings(rec))
         reset = state.cache_reset
         if reset is not None and reset.done is False and not reset.busy:
@@ -529,6 +562,7 @@ class SweepDriver:
             "spec_decode_reconciled": spec_ok,
             "tokens_reconciled": tokens_ok,
             "search_step": state.search_step,
+            "search_cut_short": state.cut_short,
         }
 
     def level_warnings(self, state: LevelState) -> list[str]:

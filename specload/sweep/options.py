@@ -156,29 +156,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--search",
         choices=("slo",),
         default=None,
-        help="find the highest concurrency at which --attainment of the requests meet every "
-        "--slo objective: levels doubling from the range's low end, then bisection (closed loop)",
+        help="find the highest load at which --attainment of the requests meet every --slo "
+        "objective: levels doubling from the range's low end, then bisection; a level whose "
+        "verdict is known early (too many misses, queueing growing) is cut short",
+    )
+    sweep.add_argument(
+        "--search-variable",
+        choices=("concurrency", "request_rate"),
+        default="concurrency",
+        help="--search slo: what is searched, users (closed loop) or requests/s (open loop, "
+        "--burstiness and --max-concurrency apply) (default: %(default)s)",
     )
     sweep.add_argument(
         "--attainment",
         type=float,
         default=0.9,
         help="--search slo: the share of completed requests that must meet the objectives "
-        "(default 0.9)",
+        "(default: %(default)s)",
     )
     sweep.add_argument(
         "--search-range",
-        default="1:512",
+        default=None,
         metavar="LOW:HIGH",
-        help="--search slo: the concurrency range searched (default 1:512)",
+        help="--search slo: the range searched (default 1:512 users, 0.5:64 requests/s)",
     )
     sweep.add_argument(
         "--search-precision",
-        type=int,
-        default=1,
-        metavar="USERS",
+        type=float,
+        default=None,
+        metavar="STEP",
         help="--search slo: stop when the highest level that held and the lowest that did not "
-        "are this many users apart (default 1)",
+        "are this close (default 1 user, or the range's low end in requests/s)",
     )
     sweep.add_argument(
         "--prefix-cache-reset",

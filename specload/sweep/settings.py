@@ -200,18 +200,23 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
     """Check every option (one-line errors naming it) and resolve them; creates ``--out``."""
     validate_load_options(args)
     search_range = None
+    variable = getattr(args, "search_variable", "concurrency") or "concurrency"
     if getattr(args, "search", None) == "slo":
         if not parse_slo(args.slo):
             raise UsageError("--search slo: give the objectives with --slo (e.g. tpot=20ms)")
         if args.concurrency is not None or args.request_rate is not None or args.trace:
             raise UsageError(
-                "--search slo: searches the concurrency itself (--search-range, not "
+                "--search slo: searches the load itself (--search-range, not "
                 "--concurrency, --request-rate or --trace)"
             )
-        search_range = parse_range(args.search_range)
+        default_range = "0.5:64" if variable == "request_rate" else "1:512"
+        search_range = parse_range(args.search_range or default_range, variable)
+    rate_search = search_range is not None and variable == "request_rate"
     plan = build_plan(
-        concurrency=str(search_range[0]) if search_range else args.concurrency,
-        request_rate=args.request_rate,
+        concurrency=f"{search_range[0]:g}"
+        if search_range and not rate_search
+        else args.concurrency,
+        request_rate=f"{search_range[0]:g}" if search_range and rate_search else args.request_rate,
         max_concurrency=args.max_concurrency,
         warmup=args.warmup,
         duration=args.duration,
@@ -262,6 +267,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
             search_range[0],
             search_range[1],
             args.search_precision,
+            variable,
         )
         if search_range
         else None,

@@ -10,6 +10,7 @@ checked against the measurement; the TPOT figures are printed (docs/predict.md).
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,11 @@ RUN = [
     "--progress",
     "off",
     "--no-plots",
+    # A stream the CPU server stalls on fails in 2 min, not 10: the level goes on.
+    "--request-timeout",
+    "120",
 ]
+RUN_TIMEOUT_S = 600
 # the forecast asks for the n-gram server's own configuration
 SPEC = [
     *("--method", "ngram"),
@@ -71,8 +76,20 @@ def _warm(server: Any, out: Path) -> None:
     run slow (kernels chosen and memory placed on first use; n-gram: the proposer's JIT), and
     the first requests of a fresh server measured 7.8-8.0 ms against 3.9-5.1 ms later."""
     warm = [*RUN, "--requests", "4"]  # the last --requests wins
-    run = run_specload(["run", "--host", server.base_url, "--out", str(out), *warm], 300)
+    run = run_specload(["run", "--host", server.base_url, "--out", str(out), *warm], RUN_TIMEOUT_S)
     assert run.returncode == 0, run.stderr
+
+
+def _c1_speedup(plain: Any, ngram: Any, out: Path) -> float:
+    """Baseline median TPOT / n-gram median TPOT at concurrency 1, measured back to back."""
+    tpot = []
+    for server, name in ((plain, "plain"), (ngram, "ngram")):
+        args = ["run", "--host", server.base_url, "--out", str(out / name), *RUN]
+        run = run_specload([*args, "--concurrency", "1"], RUN_TIMEOUT_S)
+        assert run.returncode == 0, run.stderr
+        summary = json.loads((out / name / "summary.json").read_text())
+        tpot.append(float(summary["levels"][0]["median_tpot_ms"]))
+    return tpot[0] / tpot[1]
 
 
 def _falling_levels(data: dict[str, Any]) -> list[str]:
@@ -98,7 +115,7 @@ def test_predict_ngram_against_the_real_ngram_server(vllm_plain, vllm_ngram, tmp
     for attempt in range(3):
         baseline = tmp_path / f"baseline-{attempt}"
         run = run_specload(
-            ["run", "--host", vllm_plain.base_url, "--out", str(baseline), *RUN], 300
+            ["run", "--host", vllm_plain.base_url, "--out", str(baseline), *RUN], RUN_TIMEOUT_S
         )
         assert run.returncode == 0, run.stderr
         falling = _falling_levels(predict(baseline))
@@ -107,7 +124,9 @@ def test_predict_ngram_against_the_real_ngram_server(vllm_plain, vllm_ngram, tmp
 
     variant = tmp_path / "ngram"
     before = _counters(vllm_ngram.url)
-    run = run_specload(["run", "--host", vllm_ngram.base_url, "--out", str(variant), *RUN], 300)
+    run = run_specload(
+        ["run", "--host", vllm_ngram.base_url, "--out", str(variant), *RUN], RUN_TIMEOUT_S
+    )
     assert run.returncode == 0, run.stderr
     after = before
     for _ in range(50):  # the counters follow the last engine step closely
@@ -151,4 +170,10 @@ def test_predict_ngram_against_the_real_ngram_server(vllm_plain, vllm_ngram, tmp
     # fast at c1 (n-gram steps that draft nothing took 7-10 ms against 4 ms for a plain step),
     # and at c4 the variant measured 0.95-1.6x the baseline from run to run (docs/predict.md).
     assert levels[1]["verdict"] == "faster", figures
-    assert rows[1]["measured_speedup"] > 1.0, figures
+    speedups = [rows[1]["measured_speedup"]]
+    for again in range(2):  # this VM stalls every process now and then: the median of three
+        if statistics.median(speedups) > 1.0 and len(speedups) % 2:
+            break
+        speedups.append(_c1_speedup(vllm_plain, vllm_ngram, tmp_path / f"c1-{again}"))
+    print(json.dumps({"c1_speedups": speedups}))
+    assert statistics.median(speedups) > 1.0, (speedups, figures)
