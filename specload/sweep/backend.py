@@ -23,13 +23,13 @@ from locust import events
 from locust.argument_parser import get_parser
 from locust.env import Environment
 from locust.exception import RPCError
-from locust.runners import MasterRunner, Runner
+from locust.runners import STATE_MISSING, MasterRunner, Runner
 
 from specload import load as load_api
 from specload.errors import UsageError
 from specload.load.records import RequestRecord
 from specload.sweep import locustfile
-from specload.sweep.locustfile import MSG_PACE, SweepUser, get_pacer
+from specload.sweep.locustfile import MSG_PACE, TRACE_START_LEAD_S, SweepUser, get_pacer
 from specload.sweep.plan import Level
 from specload.sweep.ports import free_port
 
@@ -193,12 +193,15 @@ class LocustBackend:
     def _pace(self, rate: float | None, *, hold: bool = False, trace: bool = False) -> None:
         self._pace_seq += 1
         if isinstance(self.runner, MasterRunner):
-            ready = self.runner.clients.ready
+            # Every worker that runs users now or will (Locust's "ready" is only the idle
+            # ones: from a second level on they are all "running").
+            ready = [c for c in self.runner.clients.values() if c.state != STATE_MISSING]
             n = max(1, len(ready))
             per_worker = None if rate is None or trace else rate / n
             data: dict[str, object] = {"rate": per_worker, "seq": self._pace_seq, "hold": hold}
             if trace:  # each worker sends every n-th entry, by its place in this list
                 data["trace_workers"] = sorted(str(c.id) for c in ready)
+                data["trace_start"] = time.time() + TRACE_START_LEAD_S
             self.runner.send_message(MSG_PACE, data)
         else:
             get_pacer(self.env).set_rate(

@@ -46,6 +46,10 @@ START_SPREAD_S = 1.0
 # Open loop: a ticket goes to a waiting user this long before it is due, and the user sleeps
 # to the due time itself (one timer on the way to the send, not the pacer's and a queue hop).
 TICKET_LEAD_S = 0.02
+# A trace replayed by workers starts this long after the master's pace message, on the wall
+# clock (the hosts' clocks agree: one host, or NTP), so every worker's share keeps the
+# trace's own spacing whatever the message's delay to each.
+TRACE_START_LEAD_S = 0.25
 
 
 def gaps(rng: random.Random, rate: float, burstiness: float) -> Iterator[float]:
@@ -89,9 +93,11 @@ class Pacer:
         *,
         hold: bool = False,
         trace: tuple[int, int] | None = None,
+        trace_start: float | None = None,
     ) -> None:
         """Open loop at ``rate``; closed loop when ``None``; ``hold``: no new requests at all;
-        ``trace``: replay this process's share of the trace (``(index, of count)``)."""
+        ``trace``: replay this process's share of the trace (``(index, of count)``) from
+        ``trace_start`` (wall clock: every worker's share on one schedule; None: now)."""
         if seq and seq < self.seq:
             return
         self.seq = seq or self.seq + 1
@@ -104,7 +110,7 @@ class Pacer:
         self.rate = rate if rate and rate > 0 else None
         if trace is not None and self._trace is not None and not hold:
             self.rate = float("inf")  # open loop: users wait for the trace's tickets
-            self._greenlet = gevent.spawn(self._replay, share(self._trace(), *trace))
+            self._greenlet = gevent.spawn(self._replay, share(self._trace(), *trace), trace_start)
         elif self.rate is not None and not hold:
             self._greenlet = gevent.spawn(self._arrivals, self.rate)
 
@@ -119,9 +125,10 @@ class Pacer:
                 gevent.sleep(delay)
             self._tickets.put((wall + due, None))
 
-    def _replay(self, entries: list[TraceEntry]) -> None:
-        start = time.monotonic()
-        wall = time.time() - start
+    def _replay(self, entries: list[TraceEntry], start_wall: float | None = None) -> None:
+        now = time.monotonic()
+        wall = time.time() - now  # monotonic -> wall clock
+        start = now if start_wall is None else start_wall - wall
         for entry in entries:
             due = start + entry.offset_s
             delay = due - TICKET_LEAD_S - time.monotonic()
@@ -201,8 +208,13 @@ def _on_pace(environment: Any, msg: Any, **kw: Any) -> None:
     if isinstance(workers, list):  # this worker's share: its place among the workers
         me = str(getattr(environment.runner, "client_id", ""))
         trace = (workers.index(me) if me in workers else 0, max(1, len(workers)))
+    start = data.get("trace_start")
     get_pacer(environment).set_rate(
-        data.get("rate"), int(data.get("seq", 0)), hold=bool(data.get("hold")), trace=trace
+        data.get("rate"),
+        int(data.get("seq", 0)),
+        hold=bool(data.get("hold")),
+        trace=trace,
+        trace_start=float(start) if isinstance(start, int | float) else None,
     )
 
 
@@ -213,4 +225,12 @@ def _on_init(environment: Any, runner: Any = None, **kw: Any) -> None:
 
 
 events.init.add_listener(_on_init)  # type: ignore[no-untyped-call]
-__all__ = ["MSG_PACE", "START_SPREAD_S", "WARMUP_SUFFIX", "Pacer", "SweepUser", "get_pacer"]
+__all__ = [
+    "MSG_PACE",
+    "START_SPREAD_S",
+    "TRACE_START_LEAD_S",
+    "WARMUP_SUFFIX",
+    "Pacer",
+    "SweepUser",
+    "get_pacer",
+]

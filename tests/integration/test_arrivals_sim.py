@@ -112,3 +112,49 @@ def test_a_trace_is_replayed_at_its_times_with_its_shared_prefixes(tmp_path: Pat
     # the shared first blocks hit the server's prefix cache (reset at the level's start)
     assert level["prefix_cache_hit_ratio"] > 0.3
     assert level["p99_send_lateness_ms"] <= TRACE_LATENESS_P99_MS
+
+
+def test_a_trace_is_shared_among_worker_processes(tmp_path: Path) -> None:
+    # Two Locust worker processes: each sends every other entry, at the entry's own time.
+    rng = random.Random(7)
+    times = sorted(rng.uniform(0, 6_000) for _ in range(300))
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(
+        "".join(
+            json.dumps({"timestamp": round(t, 3), "prompt": f"entry {i}", "max_tokens": 3}) + "\n"
+            for i, t in enumerate(times)
+        )
+    )  # fmt: skip
+    out, records = _run(tmp_path, SIM, "--trace", str(trace), "--workers", "2")
+    (level,) = json.loads((out / "summary.json").read_text())["levels"]
+    assert level["completed"] == 300 and len(records) == 300
+    by_worker: dict[str, int] = {}
+    for r in records:
+        by_worker[r["worker"]] = by_worker.get(r["worker"], 0) + 1
+    assert sorted(by_worker.values()) == [150, 150], by_worker  # every entry sent once
+    due = sorted(r["scheduled_s"] for r in records)
+    offsets = [d - due[0] for d in due]
+    want = [(t - times[0]) / 1000 for t in times]
+    # the workers' clocks are the same host's: every entry due at its trace time
+    assert max(abs(a - b) for a, b in zip(offsets, want, strict=True)) < 5e-3
+    assert {r["max_tokens"] for r in records} == {3}
+    print(json.dumps({"p99_send_lateness_ms": level["p99_send_lateness_ms"], "workers": by_worker}))
+    assert level["p99_send_lateness_ms"] <= TRACE_LATENESS_P99_MS
+
+
+def test_open_loop_levels_keep_their_rate_across_worker_processes(tmp_path: Path) -> None:
+    # Each of two workers sends half of each level's rate — the second level's too (its
+    # workers are running by then, no longer idle).
+    out, records = _run(
+        tmp_path, SIM, "--request-rate", "50,100", "--requests", "200", "--workers", "2",
+        "--warmup", "0",
+    )  # fmt: skip
+    rates = {}
+    for step in ("r50", "r100"):
+        due = sorted(r["scheduled_s"] for r in records if r["step"] == step)
+        rates[step] = (len(due) - 1) / (due[-1] - due[0])
+        assert len({r["worker"] for r in records if r["step"] == step}) == 2
+    print(json.dumps(rates))
+    # 200 Poisson arrivals: the rate's estimate has a 7% standard error
+    assert rates["r50"] == pytest.approx(50, rel=0.25)
+    assert rates["r100"] == pytest.approx(100, rel=0.25)
