@@ -21,11 +21,13 @@ ensure_debian_packages() {
     command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
     command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
     command -v prometheus-alertmanager >/dev/null 2>&1 || missing+=(prometheus-alertmanager)
+    # Headless Chromium: the browser tests read `specload report` pages and Locust's web UI.
+    command -v chromium >/dev/null 2>&1 || missing+=(chromium)
     if [ "${#missing[@]}" -gt 0 ]; then
         log "installing Debian packages: ${missing[*]}"
         sudo_if_needed apt-get update -qq
         DEBIAN_FRONTEND=noninteractive sudo_if_needed apt-get install -y -qq \
-            --no-install-recommends prometheus prometheus-alertmanager >/dev/null
+            --no-install-recommends "${missing[@]}" >/dev/null
         # The packages start system services; specload runs its own instances.
         if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
             sudo_if_needed systemctl disable --now prometheus prometheus-alertmanager \

@@ -50,6 +50,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("demo", "specload.demo", "run the whole story on simulated vLLM variants"),
     Subcommand("run", "specload.sweep.cli", "headless sweep over concurrency levels"),
     Subcommand("compare", "specload.compare.cli", "compare result directories of variants"),
+    Subcommand("report", "specload.report.cli", "one self-contained HTML report of result dirs"),
     Subcommand("baseline", "specload.baseline", "export a baseline for the exporter and alerts"),
     Subcommand("predict", "specload.predict.cli", "forecast a speculative variant from a baseline"),
     Subcommand("results", "specload.results.repair", "repair a killed run's results (repair DIR)"),

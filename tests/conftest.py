@@ -8,4 +8,5 @@ pytest_plugins: list[str] = [
     "tests.fixtures.sweep",
     "tests.fixtures.sim",
     "tests.fixtures.canned",
+    "tests.fixtures.browser",
 ]

@@ -2,7 +2,8 @@
 
 Refuses killed or unfinalized runs and incomplete levels (``--allow-incomplete``),
 warns about every setup difference between the runs (``--strict``: an error), and
-writes ``comparison.md`` (plus ``comparison.json`` with ``--json``), warnings first;
+writes ``comparison.md`` and ``comparison.html`` (the page of ``specload report``; plus
+``comparison.json`` with ``--json``), warnings first;
 speculative variants get efficiency rows and a crossover (``--profile DIR=FILE``: the
 all-reduce share beside them).
 """
@@ -30,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--out",
         metavar="DIR",
         default=None,
-        help="where comparison.md and plots go (default: comparison/ next to the first DIR)",
+        help="where comparison.md, comparison.html and plots go (default: comparison/ next to "
+        "the first DIR)",
     )
     parser.add_argument(
         "--fail-on-regression",
@@ -125,13 +127,22 @@ def run(args: argparse.Namespace) -> int:
     atomic_write_text(out / "comparison.md", text)
     sys.stdout.write(text)
     print(f"\ncomparison written to {out / 'comparison.md'}")
+    from specload.report.cli import COMPARISON_HTML, comparison_html  # noqa: PLC0415
+
+    page = comparison_html(
+        runs, comp, confidence=args.confidence, n_boot=args.bootstrap, min_n=min_n
+    )
+    atomic_write_text(out / COMPARISON_HTML, page)
+    print(f"comparison (HTML) written to {out / COMPARISON_HTML}")
     if args.json:
         atomic_write_bytes(out / "comparison.json", dump_json(comparison_json(comp)))
         print(f"comparison (JSON) written to {out / 'comparison.json'}")
     if not args.no_plots:
         from specload.compare.plots import write_comparison_plots  # noqa: PLC0415
 
-        paths = write_comparison_plots(runs, out)
+        paths = write_comparison_plots(
+            runs, out, confidence=args.confidence, n_boot=args.bootstrap, min_n=min_n
+        )
         print("plots: " + ", ".join(str(p) for p in paths))
     if args.fail_on_regression is not None:
         regressions = comp.regressions(args.fail_on_regression)

@@ -1,61 +1,56 @@
-"""What specload adds to Locust's reports: its stats events, the CSV and the web UI table.
+"""What specload adds to Locust's reports: its request events and the CSV.
 
-- :func:`fire_locust_events`: Locust's own stats (web UI, ``--csv``) get ``CHAT``,
-  ``TTFT`` and ``TPOT`` rows per category;
-- :func:`write_csv` (``PREFIX_specload.csv``) and :func:`stats_html` (``/specload``):
-  per step and category (then ``all``), the rows of :func:`stats_rows`, whose
-  figures are the aggregator's (:meth:`Aggregator.step_result`).
+- :func:`fire_locust_events`: one Locust request event per request (``CHAT``, named
+  by category, its end-to-end time), so Locust's request counts, RPS and failures
+  count each request once. Its ``response_length`` is 0: specload does not count a
+  response's bytes, and tokens are not bytes. TTFT, TPOT and tokens are in
+  specload's own tab (:mod:`specload.load.webui`), CSV and results; listeners of
+  Locust's events find them in the event's ``context``.
+- :func:`write_csv` (``PREFIX_specload.csv``): per step and category (then
+  ``all``), the rows of :func:`stats_rows`, whose figures are the aggregator's
+  (:meth:`Aggregator.step_result`, as :func:`step_numbers` lists them; the web UI's
+  tab reads the same).
 """
 
 from __future__ import annotations
 
 import csv
-import html
-from collections.abc import Mapping
+import io
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from specload.load.aggregate import Aggregator
 from specload.load.records import RequestRecord
 
+#: Locust's request type of specload's requests (one event per request).
+REQUEST_TYPE = "CHAT"
+
 
 def fire_locust_events(environment: Any, r: RequestRecord) -> None:
-    """Locust's own stats (web UI, --csv): the request, and TTFT/TPOT per category.
+    """One Locust request event for the request: ``CHAT <category>``, end-to-end time.
 
-    An ``unfinished`` request (its user stopped by the run) did not end: not in Locust's
-    request counts (it would be a failure of the target there), only in specload's.
+    ``context`` holds the step and the request's own figures (``ttft_s``, ``tpot_s``,
+    ``tokens_output``) for other listeners. An ``unfinished`` request (its user
+    stopped by the run) did not end: not in Locust's request counts (it would be a
+    failure of the target there), only in specload's.
     """
     if r.error_kind == "unfinished":
         return
-    fire = environment.events.request.fire
     exc = None if r.ok else Exception(f"{r.error_kind}: {r.error_detail or ''}".strip())
-    fire(
-        request_type="CHAT",
+    environment.events.request.fire(
+        request_type=REQUEST_TYPE,
         name=r.category,
         response_time=(r.e2e_s or 0.0) * 1000,
-        response_length=r.tokens_output,
+        response_length=0,  # bytes: not counted (tokens are in specload's own figures)
         exception=exc,
-        context={"step": r.step},
+        context={
+            "step": r.step,
+            "ttft_s": r.ttft_s,
+            "tpot_s": r.tpot_s,
+            "tokens_output": r.tokens_output,
+        },
     )
-    if r.ok:
-        if r.ttft_s is not None:
-            fire(
-                request_type="TTFT",
-                name=r.category,
-                response_time=r.ttft_s * 1000,
-                response_length=0,
-                exception=None,
-                context={},
-            )
-        if r.tpot_s is not None:
-            fire(
-                request_type="TPOT",
-                name=r.category,
-                response_time=r.tpot_s * 1000,
-                response_length=0,
-                exception=None,
-                context={},
-            )
 
 
 CSV_COLUMNS = (
@@ -117,40 +112,33 @@ def stats_row(step: str, category: str, n: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def stats_rows(aggregator: Aggregator) -> list[dict[str, Any]]:
-    """Per step and category, then per step (category ``all``): one definition of each
-    figure (:meth:`Aggregator.step_result`), the CSV's and the web UI's."""
-    rows = []
+def step_numbers(aggregator: Aggregator) -> Iterator[tuple[str, str, dict[str, Any]]]:
+    """``(step, category, numbers)`` per step and category, then per step (category
+    ``all``): one definition of each figure (:meth:`Aggregator.step_result`)."""
     for step in aggregator.steps:
         numbers = aggregator.step_result(step)
         for category, cat in numbers["categories"].items():
-            rows.append(stats_row(step, category, cat))
-        rows.append(stats_row(step, "all", numbers))
-    return rows
+            yield step, category, cat
+        yield step, "all", numbers
+
+
+def stats_rows(aggregator: Aggregator) -> list[dict[str, Any]]:
+    """The CSV's rows (:func:`step_numbers`, columns :data:`CSV_COLUMNS`)."""
+    return [stats_row(step, category, n) for step, category, n in step_numbers(aggregator)]
+
+
+def csv_text(aggregator: Aggregator) -> str:
+    """The CSV (header, then :func:`stats_rows`) as text."""
+    out = io.StringIO(newline="")
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS)
+    writer.writeheader()
+    writer.writerows(stats_rows(aggregator))
+    return out.getvalue()
 
 
 def write_csv(path: Path, aggregator: Aggregator) -> None:
     """Per step and category, then per step (category ``all``); written atomically."""
-    rows = stats_rows(aggregator)
     tmp = path.with_name(path.name + ".tmp")
     with tmp.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+        f.write(csv_text(aggregator))
     tmp.replace(path)
-
-
-def stats_html(aggregator: Aggregator) -> str:
-    """The per-step, per-category table as an HTML page (Locust web UI: ``/specload``)."""
-    rows = stats_rows(aggregator)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in CSV_COLUMNS)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(str(r[c]))}</td>" for c in CSV_COLUMNS) + "</tr>"
-        for r in rows
-    )
-    return (
-        "<!doctype html><meta charset=utf-8><meta http-equiv=refresh content=5>"
-        "<title>specload</title><style>td,th{padding:2px 8px;text-align:right}</style>"
-        f"<h1>specload: TTFT, TPOT and output tok/s per category</h1>"
-        f"<table><tr>{head}</tr>{body}</table>"
-    )

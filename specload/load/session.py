@@ -9,8 +9,9 @@ Its role follows the runner: ``local`` (single process), ``master`` or
 The session registers the runner messages of its role (in ``events.init``; their
 names and payloads: :mod:`specload.load.messages`): a master handles
 ``specload:records`` and ``specload:want`` and sends ``specload:step`` and
-``specload:budget``; a worker the other way round. The CSV and the web UI table
-are built in :mod:`specload.load.report`.
+``specload:budget``; a worker the other way round. Locust's request events and
+the CSV are built in :mod:`specload.load.report`, the web UI's tab in
+:mod:`specload.load.webui`.
 
 A count-based window of N requests is a pool of N on the master, granted to the
 workers whose users ask (twice their waiting users at a time, so most requests
@@ -54,7 +55,7 @@ from specload.load.meter import TokenCounter
 from specload.load.metrics import ClientMetrics, parse_address, serve
 from specload.load.options import DEFAULT_STEP, cache_bust_nonce, validate
 from specload.load.records import RequestRecord
-from specload.load.report import fire_locust_events, stats_html, write_csv
+from specload.load.report import fire_locust_events, write_csv
 from specload.prompts import Prompt, PromptSampler, load_prompt_set
 from specload.slo import Objectives, judge, parse_slo
 from specload.urls import ServerURL, parse_server_url
@@ -241,10 +242,13 @@ class LoadSession:
             self.environment.events.quitting.add_listener(self._on_quitting)
 
     def attach_web_ui(self, web_ui: Any) -> None:
-        """Add ``/specload`` (per-category TTFT, TPOT, tok/s) to Locust's web UI."""
+        """Add the specload tab (per step and category TTFT, TPOT, tok/s), ``/specload``
+        and ``/specload/csv`` to Locust's web UI (:mod:`specload.load.webui`)."""
         if web_ui is None or self.role == "worker":
             return
-        web_ui.app.add_url_rule("/specload", "specload_stats", lambda: stats_html(self.aggregator))
+        from specload.load.webui import install  # noqa: PLC0415 (only with a web UI)
+
+        install(web_ui, self.aggregator)
 
     def _start_metrics(self) -> None:
         text = getattr(self.options, "metrics_address", "off") if self.options else "off"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,9 +36,34 @@ SUMMARY_FILE = "summary.json"
 SUMMARY_MD_FILE = "summary.md"
 
 
+#: The mode every result file is created with, less the umask (``0644`` under umask 022):
+#: ``requests.jsonl``, ``summary.json``, ``summary.md``, the plots and ``baseline.json`` alike.
+FILE_MODE = 0o666
+
+
+def _create_temporary(path: Path) -> tuple[int, Path]:
+    """A new, empty file beside ``path`` (``.NAME.XXXXXXXX``), opened for writing.
+
+    Created with :data:`FILE_MODE` so the kernel applies the umask (and a directory's
+    default ACL), as for any file the user creates: :func:`tempfile.mkstemp` would make
+    it ``0600`` whatever the umask, and the rename would keep that.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+    for _ in range(100):
+        tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}"
+        try:
+            return os.open(tmp, flags, FILE_MODE), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, f"no free temporary name beside {path}")
+
+
 def atomic_write_bytes(path: Path, payload: bytes) -> None:
-    """Replace ``path`` with ``payload`` so readers see the old or the new file, never a mix."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    """Replace ``path`` with ``payload`` so readers see the old or the new file, never a mix.
+
+    The new file's mode is :data:`FILE_MODE` less the umask (the old file's mode is not kept).
+    """
+    fd, tmp = _create_temporary(path)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(payload)
@@ -45,7 +71,7 @@ def atomic_write_bytes(path: Path, payload: bytes) -> None:
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -97,7 +123,7 @@ class ResultsWriter:
         self.requests_path = self.dir / REQUESTS_FILE
         self.summary_path = self.dir / SUMMARY_FILE
         self._fd: int | None = os.open(
-            self.requests_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+            self.requests_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE
         )
         self._size = os.fstat(self._fd).st_size  # the end of the last whole line
         self.records_written = 0
@@ -145,7 +171,9 @@ class ResultsWriter:
         try:
             if self._tokens_fd is None:
                 self._tokens_fd = os.open(
-                    self.tokens_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644
+                    self.tokens_path,
+                    os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                    FILE_MODE,
                 )
                 self._tokens_size = os.fstat(self._tokens_fd).st_size
             fd = self._tokens_fd
@@ -238,7 +266,7 @@ class ResultsWriter:
 def _allocate(path: Path, size: int) -> bool:
     """A file of ``size`` bytes whose blocks are allocated (False if there is no room)."""
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
     except OSError:
         return False
     try:

@@ -145,7 +145,7 @@ def test_a_trace_is_shared_among_worker_processes(tmp_path: Path) -> None:
 def test_open_loop_levels_keep_their_rate_across_worker_processes(tmp_path: Path) -> None:
     # Each of two workers sends half of each level's rate — the second level's too (its
     # workers are running by then, no longer idle).
-    out, records = _run(
+    _, records = _run(
         tmp_path, SIM, "--request-rate", "50,100", "--requests", "200", "--workers", "2",
         "--warmup", "0",
     )  # fmt: skip

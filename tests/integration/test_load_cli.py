@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import statistics
 import subprocess
 import time
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -69,6 +72,27 @@ def test_non_streamed_requests_and_stats_csv(load_sim, run_locust) -> None:
     assert r["ttft_s"] is None and r["e2e_s"] > 0
     stats = Path(str(run.csv_prefix) + "_stats.csv").read_text()
     assert "CHAT" in stats
+
+
+def test_locust_stats_count_each_request_once(load_sim, run_locust) -> None:
+    """Locust's CSV (and so its web UI and RPS): one CHAT row per category, each request
+    once, its end-to-end time; no TTFT/TPOT rows; sizes 0 (bytes are not counted)."""
+    sim = load_sim(FIXED)
+    run = run_locust(sim.url, users=2, seconds=2)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert len(run.records) > 10 and all(r["ok"] for r in run.records)
+    with Path(str(run.csv_prefix) + "_stats.csv").open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    (total,) = [r for r in rows if r["Name"] == "Aggregated"]
+    entries = [r for r in rows if r["Name"] != "Aggregated"]
+    assert {r["Type"] for r in entries} == {"CHAT"}
+    by_category = Counter(r["category"] for r in run.records)
+    assert {r["Name"]: int(r["Request Count"]) for r in entries} == dict(by_category)
+    assert int(total["Request Count"]) == len(run.records)
+    assert {float(r["Average Content Size"]) for r in rows} == {0.0}
+    # The response time is the request's end-to-end time (40 ms on this server).
+    e2e_ms = statistics.median(r["e2e_s"] * 1000 for r in run.records)
+    assert abs(float(total["Median Response Time"]) - e2e_ms) <= 2.0, (total, e2e_ms)
 
 
 def test_step_option_labels_samples_and_metrics_served(load_sim, tmp_path: Path) -> None:

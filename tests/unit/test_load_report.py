@@ -1,4 +1,6 @@
-"""specload's rows in Locust's reports: the CSV, the web UI table and Locust's own stats."""
+"""specload's rows in Locust's reports: the CSV and Locust's own stats (one event per request).
+
+The web UI's tab: tests/unit/test_load_webui.py."""
 
 from __future__ import annotations
 
@@ -13,8 +15,8 @@ from specload.load.aggregate import Aggregator
 from specload.load.records import RequestRecord
 from specload.load.report import (
     CSV_COLUMNS,
+    csv_text,
     fire_locust_events,
-    stats_html,
     stats_rows,
     write_csv,
 )
@@ -83,10 +85,12 @@ def test_write_csv_is_the_rows(tmp_path: Path) -> None:
     assert not (tmp_path / "out_specload.csv.tmp").exists()
 
 
-def test_html_table_is_escaped() -> None:
-    page = stats_html(aggregator())
-    assert page.count("<th>") == len(CSV_COLUMNS)
-    assert "coding&lt;b&gt;" in page and "coding<b>" not in page
+def test_csv_text_is_the_file(tmp_path: Path) -> None:
+    agg = aggregator()
+    path = tmp_path / "x_specload.csv"
+    write_csv(path, agg)
+    assert path.read_bytes() == csv_text(agg).encode()
+    assert csv_text(agg).splitlines()[0] == ",".join(CSV_COLUMNS)
 
 
 class Events:
@@ -104,16 +108,17 @@ class Env:
         self.events = Events()
 
 
-def test_locust_events_chat_ttft_tpot_and_none_for_unfinished() -> None:
+def test_one_locust_event_per_request_and_none_for_unfinished() -> None:
     env = Env()
     fire_locust_events(env, record(0))
-    assert [(e["request_type"], e["name"]) for e in env.events.fired] == [
-        ("CHAT", "math"),
-        ("TTFT", "math"),
-        ("TPOT", "math"),
-    ]
-    assert env.events.fired[0]["response_time"] == 1000.0
-    assert env.events.fired[0]["response_length"] == 10
+    # One row per request in Locust's stats: its end-to-end time; no TTFT/TPOT rows.
+    (chat,) = env.events.fired
+    assert (chat["request_type"], chat["name"]) == ("CHAT", "math")
+    assert chat["response_time"] == 1000.0 and chat["exception"] is None
+    # Locust's "size" is bytes, which specload does not count: 0, not the 10 tokens.
+    assert chat["response_length"] == 0
+    # The request's own figures go along for other listeners.
+    assert chat["context"] == {"step": "c1", "ttft_s": 0.05, "tpot_s": 0.005, "tokens_output": 10}
     env.events.fired.clear()
     fire_locust_events(env, record(1, error="http_503"))
     (only,) = env.events.fired

@@ -1,0 +1,211 @@
+"""specload's tab in Locust's web UI, and its pages: ``/specload`` and ``/specload/csv``.
+
+Locust 2.x (its React web UI) shows extra tabs that a plugin declares in
+``web_ui.template_args``: ``extended_tabs`` (title and key), ``extended_tables``
+(the tab's columns: key and title) and ``extended_csv_files`` (links in the
+*Download Data* tab). The tab's rows travel in Locust's own ``/stats/requests``
+JSON, under ``extended_stats`` (``[{"key": ..., "data": [row, ...]}]``), which the
+page polls every 2 s while a test runs: so the tab refreshes live. Locust
+camel-cases every key of both on the way in, the same way, so the snake_case keys
+here match.
+
+The rows are :data:`COLUMNS` of :func:`web_rows`: per step and category (then
+``all``), from the same numbers as ``PREFIX_specload.csv``
+(:func:`specload.load.report.step_numbers`), as text with units in the headers
+(ms, s, tok/s), TTFT and TPOT to 0.1 ms, E2E to 0.01 s; an en dash
+(:data:`NO_VALUE`) where there is no value (a non-streamed request has no TTFT).
+``/specload`` serves the same table as a page of its own, ``/specload/csv`` every
+column of the CSV (the median ITL, token totals, requests that ended in reasoning
+and the share of coalesced chunk gaps are there, not in the tab: its 15 columns fit
+Locust's page without scrolling sideways from a 1280 px wide window up).
+
+The aggregate over many records costs time on the process that also drives the
+users, so rows are computed at most once per :data:`MIN_REFRESH_S`, and never more
+often than 20 times their own cost (at most 5% of the loop), however many browsers
+poll.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from specload.load.aggregate import Aggregator
+from specload.load.report import csv_text, step_numbers
+
+TAB_KEY = "specload"
+TAB_TITLE = "specload"
+MIN_REFRESH_S = 1.0
+#: Rows are recomputed at most once per this many times their own cost.
+COST_FACTOR = 20.0
+NO_VALUE = "\u2013"  # en dash: nothing to report (no request of that kind)
+
+
+def _count(key: str) -> Callable[[Mapping[str, Any]], str]:
+    return lambda n: f"{int(n[key]):,}"
+
+
+def _fixed(key: str, digits: int, scale: float = 1.0) -> Callable[[Mapping[str, Any]], str]:
+    def fmt(n: Mapping[str, Any]) -> str:
+        v = n.get(key)
+        return NO_VALUE if v is None else f"{float(v) * scale:,.{digits}f}"
+
+    return fmt
+
+
+def _reasoning_percent(n: Mapping[str, Any]) -> str:
+    total = int(n["total_output_tokens"])
+    return f"{100.0 * int(n['total_reasoning_tokens']) / total:.0f}" if total else NO_VALUE
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    title: str
+    value: Callable[[Mapping[str, Any]], str]  # from a step's or category's numbers
+
+
+#: The tab's columns, in order (``step`` and ``category`` come first, from the row's place).
+COLUMNS: tuple[Column, ...] = (
+    Column("completed", "OK", _count("completed")),
+    Column("failed", "Failed", _count("failed")),
+    Column("unfinished", "Unfinished", _count("unfinished")),
+    Column("output_tok_s", "Output tok/s", _fixed("output_throughput", 1)),
+    Column("ttft_p50_ms", "TTFT p50 (ms)", _fixed("median_ttft_ms", 1)),
+    Column("ttft_p90_ms", "TTFT p90 (ms)", _fixed("p90_ttft_ms", 1)),
+    Column("ttfct_p50_ms", "First content token p50 (ms)", _fixed("median_ttfct_ms", 1)),
+    Column("tpot_p50_ms", "TPOT p50 (ms)", _fixed("median_tpot_ms", 1)),
+    Column("tpot_p90_ms", "TPOT p90 (ms)", _fixed("p90_tpot_ms", 1)),
+    Column("tpot_p99_ms", "TPOT p99 (ms)", _fixed("p99_tpot_ms", 1)),
+    Column("e2e_p50_s", "E2E p50 (s)", _fixed("median_e2el_ms", 2, 1e-3)),
+    Column("reasoning_pct", "Reasoning (% of tokens)", _reasoning_percent),
+    Column("tokens_per_chunk", "Tokens per chunk", _fixed("mean_tokens_per_chunk", 2)),
+)
+#: (key, title) of every column the tab and ``/specload`` show.
+HEADERS: tuple[tuple[str, str], ...] = (
+    ("step", "Step"),
+    ("category", "Category"),
+    *((c.key, c.title) for c in COLUMNS),
+)
+
+
+def web_rows(aggregator: Aggregator) -> list[dict[str, str]]:
+    """The tab's rows (every value text, keys of :data:`HEADERS`)."""
+    rows = []
+    for step, category, numbers in step_numbers(aggregator):
+        row = {"step": step, "category": category}
+        row.update((c.key, c.value(numbers)) for c in COLUMNS)
+        rows.append(row)
+    return rows
+
+
+class RowCache:
+    """:func:`web_rows`, recomputed when older than ``max(MIN_REFRESH_S, 20 x its cost)``."""
+
+    def __init__(
+        self, aggregator: Aggregator, clock: Callable[[], float] = time.perf_counter
+    ) -> None:
+        self.aggregator = aggregator
+        self.clock = clock
+        self._rows: list[dict[str, str]] = []
+        self._at: float | None = None
+        self._cost_s = 0.0
+
+    def rows(self) -> list[dict[str, str]]:
+        now = self.clock()
+        if self._at is None or now - self._at >= max(MIN_REFRESH_S, COST_FACTOR * self._cost_s):
+            self._rows = web_rows(self.aggregator)
+            self._at = self.clock()
+            self._cost_s = self._at - now
+        return self._rows
+
+
+def tab_template_args(template_args: dict[str, Any]) -> None:
+    """Declare the tab (its columns) and the CSV link in Locust's ``template_args``;
+    other plugins' tabs are kept."""
+
+    def put(name: str, entry: dict[str, Any]) -> None:
+        others = [e for e in template_args.get(name) or [] if e.get("key") != TAB_KEY]
+        template_args[name] = [*others, entry]
+
+    put("extended_tabs", {"key": TAB_KEY, "title": TAB_TITLE})
+    put(
+        "extended_tables",
+        {"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in HEADERS]},
+    )
+    links = [e for e in template_args.get("extended_csv_files") or [] if e.get("key") != TAB_KEY]
+    template_args["extended_csv_files"] = [
+        *links,
+        {"key": TAB_KEY, "href": "./specload/csv", "title": "Download specload CSV"},
+    ]
+
+
+def with_tab_rows(report: dict[str, Any], rows: list[dict[str, str]]) -> dict[str, Any]:
+    """Locust's ``/stats/requests`` report with the tab's rows in ``extended_stats``."""
+    others = [e for e in report.get("extended_stats") or [] if e.get("key") != TAB_KEY]
+    report["extended_stats"] = [*others, {"key": TAB_KEY, "data": rows}]
+    return report
+
+
+def page_html(rows: list[dict[str, str]]) -> str:
+    """``/specload``: the tab's table as a page of its own (reloads every 5 s)."""
+    head = "".join(f"<th>{html.escape(title)}</th>" for _, title in HEADERS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(r[k])}</td>" for k, _ in HEADERS) + "</tr>"
+        for r in rows
+    )
+    return (
+        "<!doctype html><html lang=en><meta charset=utf-8>"
+        "<meta http-equiv=refresh content=5>"
+        "<meta name=viewport content='width=device-width, initial-scale=1'>"
+        "<link rel=icon href='./assets/favicon-light.png'>"
+        "<title>specload: TTFT, TPOT and output tok/s</title>"
+        "<style>body{font:14px system-ui,sans-serif;margin:16px}"
+        "table{border-collapse:collapse;width:100%;font-variant-numeric:tabular-nums}"
+        "th,td{padding:4px 6px;text-align:right;border-bottom:1px solid #ddd}"
+        "th{vertical-align:bottom}th:nth-child(-n+2),td:nth-child(-n+2){text-align:left}"
+        "</style>"
+        "<h1>specload: TTFT, TPOT and output tok/s per step and category</h1>"
+        "<p>Also the <a href='./?tab=specload'>specload tab</a> of Locust's web UI; every "
+        "figure: <a href='./specload/csv'>CSV</a>.</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
+def install(web_ui: Any, aggregator: Aggregator) -> None:
+    """Add the tab, ``/specload`` and ``/specload/csv`` to a Locust web UI."""
+    from flask import Response, request  # noqa: PLC0415 (Locust's dependency)
+
+    cache = RowCache(aggregator)
+    app = web_ui.app
+    tab_template_args(web_ui.template_args)
+
+    def page() -> Response:
+        return Response(page_html(cache.rows()), mimetype="text/html")
+
+    def download() -> Response:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        return Response(
+            csv_text(aggregator),
+            mimetype="text/csv",
+            headers={"Content-Disposition": f"attachment; filename=specload_{stamp}.csv"},
+        )
+
+    def add_rows(response: Response) -> Response:
+        # Locust's own view (memoized for 2 s: the same response object may come again).
+        if request.endpoint != "locust.request_stats" or response.status_code != 200:
+            return response
+        report = response.get_json(silent=True)
+        if isinstance(report, dict):
+            response.set_data(app.json.dumps(with_tab_rows(report, cache.rows())))
+        return response
+
+    # Beside Locust's own pages (``--web-base-path``), as the relative links expect.
+    options = getattr(web_ui.environment, "parsed_options", None)
+    prefix = str(getattr(options, "web_base_path", "") or "").rstrip("/")
+    app.add_url_rule(f"{prefix}/specload", "specload_stats", page)
+    app.add_url_rule(f"{prefix}/specload/csv", "specload_csv", download)
+    app.after_request(add_rows)

@@ -1,0 +1,181 @@
+"""``specload report RESULT_DIR... [--out FILE.html]``: one HTML file a person can open.
+
+One directory: a report of that run alone, written to ``RESULT_DIR/report.html``.
+Several: the first is the reference and the others are compared with it as ``specload
+compare`` does (the same checks, the same bootstrap, the same verdicts), written to
+``report.html`` in the folder ``specload compare`` writes to (``comparison/`` beside
+the first directory). The page is self-contained (inline styles and SVG charts, no
+script, nothing fetched): it opens offline and can be attached to a ticket.
+``prediction.json`` files found in the directories (``specload predict --out DIR``) or
+given with ``--prediction`` are set beside the measured runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specload.errors import UsageError
+from specload.results.writer import SUMMARY_FILE, atomic_write_text, prepare_out_dir
+
+if TYPE_CHECKING:
+    from specload.compare.model import Comparison, Run
+    from specload.report.prediction import Prediction
+
+REPORT_FILE = "report.html"
+COMPARISON_HTML = "comparison.html"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "dirs",
+        nargs="+",
+        metavar="RESULT_DIR",
+        help="results directories of `specload run`; with several, the first is the reference",
+    )
+    parser.add_argument(
+        "--out",
+        metavar="FILE.html",
+        default=None,
+        help=f"where the report goes (default: RESULT_DIR/{REPORT_FILE} for one directory; "
+        f"comparison/{REPORT_FILE} next to the first for several, where `specload compare` "
+        "writes)",
+    )
+    parser.add_argument(
+        "--prediction",
+        action="append",
+        metavar="FILE",
+        default=None,
+        help="a `specload predict` prediction.json to set beside the measured runs "
+        "(repeatable; DIR/prediction.json of each directory is read anyway)",
+    )
+    parser.add_argument(
+        "--confidence", type=float, default=0.95, help="confidence level (default 0.95)"
+    )
+    parser.add_argument(
+        "--bootstrap", type=int, default=2000, metavar="N", help="resamples (default 2000)"
+    )
+    parser.add_argument(
+        "--min-difference",
+        type=float,
+        default=5.0,
+        metavar="PCT",
+        help="smallest difference called faster/slower (default 5 percent: run-to-run noise)",
+    )
+    parser.add_argument(
+        "--min-n",
+        type=int,
+        default=None,
+        metavar="N",
+        help="fewest samples per side for an interval and a verdict (default 10)",
+    )
+    parser.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="compare killed or unfinalized runs and incomplete levels (marked in the report)",
+    )
+
+
+def check_result_dir(path: str) -> Path:
+    """``path`` is a results directory (one-line error naming it otherwise)."""
+    p = Path(path)
+    if not p.exists():
+        raise UsageError(f"{path}: no such results directory")
+    if not p.is_dir():
+        raise UsageError(f"{path}: not a directory (give a results directory of `specload run`)")
+    if not (p / SUMMARY_FILE).is_file():
+        raise UsageError(f"{path}: no {SUMMARY_FILE} (is it a results directory?)")
+    return p
+
+
+def default_out(dirs: Sequence[str]) -> Path:
+    """RESULT_DIR/report.html for one; ``comparison/report.html`` beside the first for several."""
+    if len(dirs) == 1:
+        return Path(dirs[0]) / REPORT_FILE
+    return Path(dirs[0]).resolve().parent / "comparison" / REPORT_FILE
+
+
+def _out_file(value: str | None, dirs: Sequence[str]) -> Path:
+    out = Path(value) if value else default_out(dirs)
+    if value is not None and (out.is_dir() or value.endswith(("/", "\\"))):
+        raise UsageError(f"--out {value!r}: give a file name (e.g. {Path(value) / REPORT_FILE})")
+    prepare_out_dir(out.parent if str(out.parent) else ".", name="--out")
+    return out
+
+
+def comparison_html(
+    runs: Sequence[Run],
+    comp: Comparison,
+    *,
+    confidence: float = 0.95,
+    n_boot: int = 2000,
+    min_n: int | None = None,
+    predictions: Sequence[Path] = (),
+) -> str:
+    """The report of a comparison (``specload compare`` writes it as ``comparison.html``)."""
+    from specload.compare.plots import comparison_charts  # noqa: PLC0415
+    from specload.compare.stats import MIN_N  # noqa: PLC0415
+    from specload.report.html import report_html  # noqa: PLC0415
+    from specload.report.prediction import find_predictions  # noqa: PLC0415
+
+    found, warnings = find_predictions(runs, predictions)
+    charts = comparison_charts(
+        runs, confidence=confidence, n_boot=n_boot, min_n=MIN_N if min_n is None else min_n
+    )
+    return report_html(runs, comp, charts=charts, predictions=found, warnings=warnings)
+
+
+def single_run_html(run: Run, predictions: Sequence[Path] = ()) -> str:
+    from specload.report.html import report_html  # noqa: PLC0415
+    from specload.report.prediction import find_predictions  # noqa: PLC0415
+
+    found: list[Prediction]
+    found, warnings = find_predictions([run], predictions)
+    return report_html([run], None, predictions=found, warnings=warnings)
+
+
+def run(args: argparse.Namespace) -> int:
+    # numpy and matplotlib load only when the command runs, not for `specload --help`.
+    from specload.compare.model import compare_runs, load_run  # noqa: PLC0415
+    from specload.compare.stats import MIN_N  # noqa: PLC0415
+
+    if not 0.5 <= args.confidence < 1:
+        raise UsageError(f"--confidence: {args.confidence} must be in [0.5, 1)")
+    if args.bootstrap < 100:
+        raise UsageError(f"--bootstrap: {args.bootstrap} must be at least 100")
+    min_n = MIN_N if args.min_n is None else args.min_n
+    if min_n < 2:
+        raise UsageError(f"--min-n: {min_n} must be at least 2")
+    if not 0 <= args.min_difference < 100:
+        raise UsageError(f"--min-difference: {args.min_difference} must be in [0, 100)")
+    dirs = [str(check_result_dir(d)) for d in args.dirs]
+    predictions = [Path(p) for p in args.prediction or []]
+    out = _out_file(args.out, dirs)
+    runs = [load_run(d) for d in dirs]
+    if len(runs) == 1:
+        text = single_run_html(runs[0], predictions)
+    else:
+        comp = compare_runs(
+            runs,
+            n_boot=args.bootstrap,
+            confidence=args.confidence,
+            min_difference=args.min_difference / 100.0,
+            min_n=min_n,
+            allow_incomplete=args.allow_incomplete,
+        )
+        for warning in comp.warnings:
+            print(f"specload report: warning: {' '.join(warning.split())}", file=sys.stderr)
+        text = comparison_html(
+            runs,
+            comp,
+            confidence=args.confidence,
+            n_boot=args.bootstrap,
+            min_n=min_n,
+            predictions=predictions,
+        )
+    atomic_write_text(out, text)
+    print(f"report written to {out}")
+    return 0

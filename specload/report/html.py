@@ -1,0 +1,1005 @@
+"""The report as one self-contained HTML file: tables, inline SVG charts, no script.
+
+:func:`report_html` renders one run, or several compared by
+:func:`specload.compare.model.compare_runs` (the first is the reference). The page has,
+in order: the runs, the warnings (the comparison's, each level's, the predictions'), the
+verdicts per variant and level (median TPOT and output tok/s, from the comparison's
+cells, with the crossover and the speculation efficiency), the charts (the plots' data:
+:func:`specload.results.plots.run_charts`, or
+:func:`specload.compare.plots.comparison_charts` with each variant's bootstrap
+interval), every level's figures per category from ``summary.json`` (TTFT, TTFCT, TPOT,
+ITL, tok/s, truncation) and the comparison's rows, the speculative decoding per channel,
+predictions beside the measured runs (:mod:`.prediction`), and the service-level
+objectives (attainment, goodput, ``--search slo``).
+
+Every string from the results is escaped (:func:`html.escape`); the file references
+nothing outside itself (no script, stylesheet, font or image to fetch), so it opens
+offline and can be attached to a ticket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from html import escape
+from typing import Any
+
+from specload import __version__
+from specload.compare.efficiency import HIGH_ACCEPTANCE_NO_SPEEDUP, SOURCE_CLIENT
+from specload.compare.model import (
+    ALL,
+    ALL_MEASURES,
+    FASTER,
+    SAME,
+    SLOWER,
+    TOO_FEW,
+    TRUNCATED,
+    Cell,
+    Comparison,
+    LevelComparison,
+    Run,
+    completeness_problems,
+)
+from specload.compare.report import WIDENED_MARK, crossover_line
+from specload.compare.stats import Difference
+from specload.report import svg
+from specload.report.prediction import Prediction, draft_rows, measured_acceptance, ngram_rows
+from specload.results.aggregate import finite_number
+from specload.results.plots import TPOT_BAND_KEY, Chart, Point, Series, run_charts
+
+NO_DATA = "no data"
+
+
+class Markup(str):
+    """A fragment that is HTML already (built here, its strings escaped): not escaped again."""
+
+
+def esc(value: object) -> str:
+    return value if isinstance(value, Markup) else escape(str(value), quote=True)
+
+
+def tag(name: str, content: object = "", **attrs: object) -> Markup:
+    """``<name attrs>content</name>``; ``class_`` for ``class``, ``data_x`` for ``data-x``."""
+    text = "".join(
+        f' {k.rstrip("_").replace("_", "-")}="{esc(v)}"' for k, v in attrs.items() if v is not None
+    )
+    return Markup(f"<{name}{text}>{esc(content)}</{name}>")
+
+
+def join(parts: Iterable[object]) -> Markup:
+    return Markup("".join(esc(p) for p in parts))
+
+
+def table(
+    header: Sequence[object], rows: Iterable[Sequence[object]], *, class_: str = "data"
+) -> Markup:
+    head = tag("tr", join(tag("th", h) for h in header))
+    body = join(tag("tr", join(c if _is_cell(c) else tag("td", c) for c in row)) for row in rows)
+    inner = tag("table", join([tag("thead", head), tag("tbody", body)]), class_=class_)
+    return tag("div", inner, class_="scroll")
+
+
+def _is_cell(value: object) -> bool:
+    return isinstance(value, Markup) and value.startswith(("<td", "<th"))
+
+
+# -- numbers -----------------------------------------------------------------------------
+
+
+def ms(value: Any) -> str:
+    v = finite_number(value)
+    return "-" if v is None else f"{v:.2f}"
+
+
+def tok_s(value: Any) -> str:
+    v = finite_number(value)
+    return "-" if v is None else f"{v:.1f}"
+
+
+def pct(value: Any, digits: int = 1) -> str:
+    v = finite_number(value)
+    return "-" if v is None else f"{v * 100:.{digits}f}%"
+
+
+def rate(value: Any) -> str:
+    v = finite_number(value)
+    return "-" if v is None else f"{v:.3f}"
+
+
+def ratio(value: Any) -> str:
+    v = finite_number(value)
+    return "-" if v is None else f"{v:.2f}"
+
+
+def count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def measure_value(value: float | None, unit: str) -> str:
+    """A comparison cell's value, as ``comparison.md`` writes it."""
+    if unit == "ratio":
+        return pct(value)
+    if unit in ("ms", "req/s"):
+        return ms(value)
+    return tok_s(value)
+
+
+def rel_text(diff: Difference | None) -> tuple[str, str]:
+    if diff is None:
+        return "-", "-"
+    rel = f"{diff.rel * 100:+.1f}%"
+    if diff.ci_low is None or diff.ci_high is None:
+        return rel, "-"
+    ci = f"{diff.ci_low * 100:+.1f}% .. {diff.ci_high * 100:+.1f}%"
+    return rel, ci + (WIDENED_MARK if diff.widened else "")
+
+
+_VERDICT_CLASS = {FASTER: "faster", SLOWER: "slower", SAME: "same", TOO_FEW: "few"}
+
+
+def verdict_cell(verdict: str | None) -> Markup:
+    text = verdict or NO_DATA
+    return tag("td", text, class_="verdict " + _VERDICT_CLASS.get(text, "none"))
+
+
+def level_title(level: Mapping[str, Any]) -> str:
+    name = str(level.get("name") or "?")
+    if level.get("concurrency") is not None:
+        return f"concurrency {level['concurrency']} ({name})"
+    return f"rate {finite_number(level.get('request_rate')) or 0:g}/s ({name})"
+
+
+def _stats(level: Mapping[str, Any], category: str) -> Mapping[str, Any]:
+    if category == ALL:
+        return level
+    found = (level.get("categories") or {}).get(category)
+    return found if isinstance(found, Mapping) else {}
+
+
+def truncation_text(stats: Mapping[str, Any]) -> str:
+    cut, done = count(stats.get("reasoning_truncated")), count(stats.get("completed"))
+    if not done:
+        return "-"
+    return f"{cut} of {done} ({cut / done * 100:.0f}%)"
+
+
+# -- the sections --------------------------------------------------------------------------
+
+
+def _runs_section(runs: Sequence[Run]) -> Markup:
+    rows = []
+    for i, run in enumerate(runs):
+        s, options = run.summary, run.summary.get("options") or {}
+        levels = ", ".join(str(lv.get("name")) for lv in s.get("levels") or [])
+        scale = finite_number(s.get("server_time_scale"))
+        rows.append(
+            [
+                run.label + (" (reference)" if i == 0 and len(runs) > 1 else ""),
+                str(run.path),
+                run.status,
+                s.get("model") or "-",
+                s.get("server_version") or "-",
+                s.get("started_at") or "-",
+                levels or "-",
+                options.get("prompts") or "-",
+                options.get("max_tokens") if options.get("max_tokens") is not None else "-",
+                "-" if scale is None else f"{scale:g}",
+            ]
+        )
+    header = [
+        "variant",
+        "directory",
+        "status",
+        "model",
+        "server",
+        "started",
+        "levels",
+        "prompts",
+        "max_tokens",
+        "simulator time scale",
+    ]
+    return join([tag("h2", "Runs", id="runs"), table(header, rows)])
+
+
+def run_warnings(runs: Sequence[Run], skip: Iterable[str] = ()) -> list[str]:
+    """Each level's own warnings (truncated reasoning, outages, counts that disagree…), as
+    the comparison words them; ``skip``: levels whose warnings the comparison has."""
+    out = []
+    done = set(skip)
+    for run in runs:
+        for level in run.summary.get("levels") or []:
+            name = str(level.get("name"))
+            if name in done:
+                continue
+            for sentence in level.get("warnings") or []:
+                out.append(f"{run.label} {name}: {sentence}")
+            flags = [str(f) for f in level.get("flags") or []]
+            if flags and not level.get("warnings"):
+                out.append(f"{run.label} {name}: flagged {', '.join(flags)}")
+    return out
+
+
+def _warnings_section(warnings: Sequence[str]) -> Markup:
+    if not warnings:
+        return join([tag("h2", "Warnings", id="warnings"), tag("p", "None.")])
+    unique = list(dict.fromkeys(" ".join(w.split()) for w in warnings))
+    items = join(tag("li", w) for w in unique)
+    return join([tag("h2", f"Warnings ({len(unique)})", id="warnings"), tag("ul", items)])
+
+
+def _summary_line(verdicts: Mapping[str, list[str]], ref: str) -> str:
+    parts = []
+    for verdict in (FASTER, SLOWER, SAME, TOO_FEW, TRUNCATED, NO_DATA):
+        where = verdicts.get(verdict)
+        if where:
+            what = f"{verdict} than {ref}" if verdict in (FASTER, SLOWER) else verdict
+            parts.append(f"{what} at {', '.join(where)}")
+    return "; ".join(parts) or NO_DATA
+
+
+def _verdicts_section(comp: Comparison) -> Markup:
+    ref = comp.variants[0]
+    conf = f"{comp.confidence * 100:g}%"
+    out: list[object] = [tag("h2", "Verdicts", id="verdicts")]
+    out.append(
+        tag(
+            "p",
+            f"Each variant against {ref} at each level, on all requests: median TPOT "
+            f"(decode speed) and output tok/s. Faster/slower when the {conf} bootstrap "
+            f"interval of the difference excludes zero and the difference is at least "
+            f"{comp.min_difference * 100:g}%; {TOO_FEW} below {comp.min_n} samples on a side.",
+        )
+    )
+    for i, variant in enumerate(comp.variants[1:], start=1):
+        by_verdict: dict[str, list[str]] = {}
+        rows = []
+        for level in comp.levels:
+            tpot = level.cells.get((ALL, "tpot"))
+            tok = level.cells.get((ALL, "output_throughput"))
+            if tpot is None:
+                continue
+            verdict = tpot.verdicts[i] or NO_DATA
+            by_verdict.setdefault(verdict, []).append(level.label)
+            rel, ci = rel_text(tpot.diffs[i])
+            row: list[object] = [
+                level.label,
+                f"{tpot.n[0]} / {tpot.n[i]}" if tpot.n else "-",
+                ms(tpot.values[0]),
+                ms(tpot.values[i]),
+                rel,
+                ci,
+                verdict_cell(tpot.verdicts[i]),
+            ]
+            if tok is not None:
+                trel, tci = rel_text(tok.diffs[i])
+                row += [
+                    tok_s(tok.values[0]),
+                    tok_s(tok.values[i]),
+                    trel,
+                    tci,
+                    verdict_cell(tok.verdicts[i]),
+                ]
+            else:
+                row += ["-"] * 4 + [verdict_cell(None)]
+            row.append(rate(level.acceptance[i]) if i < len(level.acceptance) else "-")
+            marks = [m for k in (0, i) for m in (level.marks[k] if k < len(level.marks) else [])]
+            row.append(", ".join(dict.fromkeys(marks)) or "")
+            rows.append(row)
+        header = [
+            "level",
+            f"n {ref} / {variant}",
+            f"TPOT {ref} (ms)",
+            f"TPOT {variant} (ms)",
+            "Δ TPOT",
+            f"{conf} CI",
+            "TPOT verdict",
+            f"tok/s {ref}",
+            f"tok/s {variant}",
+            "Δ tok/s",
+            f"{conf} CI",
+            "tok/s verdict",
+            "acceptance rate",
+            "marks",
+        ]
+        out += [
+            tag("h3", f"{variant} vs {ref}"),
+            tag(
+                "p",
+                f"{variant}: {_summary_line(by_verdict, ref)} (median TPOT).",
+                class_="headline",
+            ),
+            table(header, rows, class_="data verdicts"),
+        ]
+    for cross in comp.crossovers:
+        out.append(tag("p", crossover_line(comp, cross), class_="crossover"))
+    out.append(_efficiency_table(comp))
+    return join(out)
+
+
+def _efficiency_table(comp: Comparison) -> Markup:
+    rows = []
+    ref = comp.variants[0]
+    for i, variant in enumerate(comp.variants[1:], start=1):
+        for level in comp.levels:
+            eff = level.efficiency[i] if i < len(level.efficiency) else None
+            if eff is None:
+                continue
+            source = "client" if eff.source == SOURCE_CLIENT else "server"
+            ci = eff.measured_ci
+            eci = eff.efficiency_ci
+            rows.append(
+                [
+                    variant,
+                    level.label,
+                    f"{eff.ideal:.2f} ({source})",
+                    ratio(eff.measured),
+                    "-" if ci is None else f"{ci[0]:.2f} .. {ci[1]:.2f}",
+                    ratio(eff.efficiency),
+                    "-" if eci is None else f"{eci[0]:.2f} .. {eci[1]:.2f}",
+                    _shares(eff.allreduce_share),
+                    HIGH_ACCEPTANCE_NO_SPEEDUP if eff.no_speedup else "",
+                ]
+            )
+    if not rows:
+        return Markup("")
+    conf = f"{comp.confidence * 100:g}%"
+    header = [
+        "variant",
+        "level",
+        "ideal speedup",
+        "measured speedup",
+        f"{conf} CI",
+        "efficiency",
+        f"{conf} CI",
+        f"all-reduce share ({ref} → variant)",
+        "note",
+    ]
+    return join(
+        [
+            tag("h3", "Speculation efficiency"),
+            tag(
+                "p",
+                f"Measured speedup: {ref}'s median TPOT / the variant's; ideal: what the "
+                "acceptance alone would give if a verification step cost a plain step; "
+                "efficiency: measured / ideal.",
+            ),
+            table(header, rows),
+        ]
+    )
+
+
+def _shares(shares: tuple[float | None, float | None]) -> str:
+    if shares[0] is None or shares[1] is None:
+        return "-"
+    return f"{pct(shares[0], 0)} → {pct(shares[1], 0)}"
+
+
+def _legend(names: Sequence[str], palette: Mapping[str, str]) -> Markup:
+    items = join(
+        tag(
+            "span",
+            join([tag("span", "", class_="swatch", style=f"background:{palette[n]}"), n]),
+            class_="key",
+        )
+        for n in names
+    )
+    return tag("div", items, class_="legend")
+
+
+def chart_figure(chart: Chart, title: str) -> Markup:
+    names = list(dict.fromkeys(s.variant for s in chart.series))
+    palette = svg.colors(names)
+    panels = join(
+        tag(
+            "figure",
+            join(
+                [
+                    Markup(
+                        svg.panel_svg(chart, cat, palette)
+                        if cat == ALL
+                        else svg.panel_svg(chart, cat, palette, width=400, height=250)
+                    ),
+                    tag("figcaption", "all requests" if cat == ALL else cat),
+                ]
+            ),
+            class_="panel",
+        )
+        for cat in svg.chart_categories(chart)
+    )
+    notes = [f"line: {chart.line}"]
+    if chart.band:
+        notes.append(chart.band.replace("band:", "whiskers:", 1))
+    points = [p for s in chart.series for p in s.points]
+    if any(p.n is not None for p in points):
+        notes.append("n: requests per level")
+    if any(p.truncated for p in points):
+        notes.append("ringed red: requests hit max_tokens while reasoning")
+    caveats = join(tag("li", c) for c in chart.caveats)
+    return join(
+        [
+            tag("h3", title),
+            _legend(names, palette),
+            tag("div", panels, class_="panels"),
+            tag("p", "; ".join(notes) + ".", class_="note"),
+            tag("ul", caveats, class_="note") if chart.caveats else "",
+        ]
+    )
+
+
+_CHART_TITLES = {"tpot": "Median TPOT against load", "throughput": "Output tok/s against load"}
+
+
+def _charts_section(charts: Sequence[Chart]) -> Markup:
+    out: list[object] = [tag("h2", "Charts", id="charts")]
+    for chart in charts:
+        title = next((t for k, t in _CHART_TITLES.items() if k in chart.name), chart.ylabel)
+        out.append(chart_figure(chart, title))
+    return join(out)
+
+
+MEASURED_HEADER = [
+    "level",
+    "variant",
+    "category",
+    "n",
+    "failed",
+    "TTFT p50 (ms)",
+    "TTFT p90",
+    "TTFCT p50 (ms)",
+    "TTFCT p90",
+    "TPOT p50 (ms)",
+    "TPOT p90",
+    "ITL p50 (ms)",
+    "ITL p90",
+    "output tok/s",
+    "truncated",
+]
+
+
+def measured_row(run: Run, level: Mapping[str, Any], category: str) -> list[object]:
+    """One row of a level's figures, as ``summary.json`` has them (:data:`MEASURED_HEADER`)."""
+    st = _stats(level, category)
+    return [
+        str(level.get("name")),
+        run.label,
+        category,
+        count(st.get("completed")),
+        count(st.get("failed")),
+        ms(st.get("median_ttft_ms")),
+        ms(st.get("p90_ttft_ms")),
+        ms(st.get("median_ttfct_ms")),
+        ms(st.get("p90_ttfct_ms")),
+        ms(st.get("median_tpot_ms")),
+        ms(st.get(TPOT_BAND_KEY)),
+        ms(st.get("median_itl_ms")),
+        ms(st.get("p90_itl_ms")),
+        tok_s(st.get("output_throughput")),
+        truncation_text(st),
+    ]
+
+
+def _level_names(runs: Sequence[Run]) -> list[str]:
+    return list(dict.fromkeys(n for run in runs for n in run.level_names()))
+
+
+def _comparison_rows(comp: Comparison, level: LevelComparison) -> Markup:
+    conf = f"{comp.confidence * 100:g}%"
+    header: list[object] = [
+        "category",
+        "measure",
+        *(f"n {v}" for v in comp.variants),
+        *comp.variants,
+    ]
+    for v in comp.variants[1:]:
+        header += [f"Δ {v}", f"{conf} CI", "verdict"]
+    rows = []
+    for cat in level.categories:
+        for measure in ALL_MEASURES:
+            cell: Cell | None = level.cells.get((cat, measure.key))
+            if cell is None:
+                continue
+            row: list[object] = [cat, f"{measure.title} ({measure.unit})"]
+            row += [str(n) for n in cell.n]
+            row += [measure_value(v, measure.unit) for v in cell.values]
+            for i in range(1, len(comp.variants)):
+                rel, ci = rel_text(cell.diffs[i])
+                row += [rel, ci, verdict_cell(cell.verdicts[i])]
+            rows.append(row)
+    return join([tag("h4", f"Against {comp.variants[0]}"), table(header, rows)])
+
+
+def _levels_section(runs: Sequence[Run], comp: Comparison | None) -> Markup:
+    out: list[object] = [
+        tag("h2", "Levels", id="levels"),
+        tag(
+            "p",
+            "From each run's summary.json: n completed requests (the sample of every "
+            "percentile), medians and p90 in ms, output tok/s over the level's window, "
+            "truncated: completed requests that ended inside reasoning at max_tokens "
+            "(their TTFCT is missing).",
+        ),
+    ]
+    compared = {lc.name: lc for lc in comp.levels} if comp is not None else {}
+    for name in _level_names(runs):
+        present = [(run, run.level(name)) for run in runs]
+        levels = [(run, lv) for run, lv in present if lv is not None]
+        first = levels[0][1]
+        cats = [ALL, *sorted({c for _, lv in levels for c in lv.get("categories") or {}} - {ALL})]
+        rows = [measured_row(run, lv, cat) for cat in cats for run, lv in levels]
+        out += [tag("h3", level_title(first), id=f"level-{name}"), table(MEASURED_HEADER, rows)]
+        if comp is not None and name in compared:
+            out.append(_comparison_rows(comp, compared[name]))
+        elif comp is not None:
+            missing = ", ".join(run.label for run, lv in present if lv is None)
+            out.append(tag("p", f"Not compared: no such level in {missing}.", class_="note"))
+    return join(out)
+
+
+def _source_text(spec: Mapping[str, Any]) -> str:
+    parts = []
+    for key, what in (("source", "counts"), ("split", "channel split")):
+        value = spec.get(key)
+        if isinstance(value, Mapping) and value:
+            parts.append(f"{what}: " + ", ".join(f"{k} {v}" for k, v in value.items()))
+    return "; ".join(parts) or "-"
+
+
+def _spec_row(
+    run: Run, level: Mapping[str, Any], channel: str, spec: Mapping[str, Any], source: str
+) -> list[object]:
+    return [
+        str(level.get("name")),
+        run.label,
+        channel,
+        rate(spec.get("acceptance_rate")),
+        ratio(spec.get("mean_acceptance_length")),
+        _integer(spec.get("accepted_tokens")),
+        _integer(spec.get("draft_tokens")),
+        ratio(spec.get("ideal_speedup")),
+        source,
+    ]
+
+
+def _integer(value: Any) -> str:
+    v = finite_number(value)
+    return "-" if v is None else f"{v:.0f}"
+
+
+def _positions(server: Mapping[str, Any]) -> str:
+    per = server.get("spec_decode_acceptance_per_position")
+    if not isinstance(per, Mapping) or not per:
+        return ""
+    items = sorted(per.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else 0)
+    return ", ".join(
+        f"{int(k) + 1}: {float(v):.2f}" for k, v in items if finite_number(v) is not None
+    )
+
+
+def _spec_section(runs: Sequence[Run]) -> Markup:
+    rows = []
+    positions = []
+    for run in runs:
+        for level in run.summary.get("levels") or []:
+            spec = level.get("spec_decode")
+            server = level.get("server") or {}
+            if isinstance(spec, Mapping) and (spec.get("requests") or 0) > 0:
+                source = _source_text(spec)
+                rows.append(_spec_row(run, level, "all (client)", spec, source))
+                for channel in ("reasoning", "content"):
+                    part = spec.get(channel)
+                    if isinstance(part, Mapping):
+                        rows.append(_spec_row(run, level, channel, part, source))
+            if finite_number(server.get("spec_decode_num_drafts")) is not None:
+                rows.append(
+                    [
+                        str(level.get("name")),
+                        run.label,
+                        "all (server counters)",
+                        rate(server.get("spec_decode_acceptance_rate")),
+                        ratio(server.get("spec_decode_mean_acceptance_length")),
+                        _integer(server.get("spec_decode_num_accepted_tokens")),
+                        _integer(server.get("spec_decode_num_draft_tokens")),
+                        "-",
+                        f"/metrics ({server.get('source') or 'counters'})",
+                    ]
+                )
+                per = _positions(server)
+                if per:
+                    positions.append([str(level.get("name")), run.label, per])
+    if not rows:
+        return Markup("")
+    header = [
+        "level",
+        "variant",
+        "channel",
+        "acceptance rate",
+        "mean acceptance length",
+        "accepted tokens",
+        "draft tokens",
+        "ideal speedup",
+        "source",
+    ]
+    out: list[object] = [
+        tag("h2", "Speculative decoding", id="speculative-decoding"),
+        tag(
+            "p",
+            "Acceptance: accepted / draft tokens; length: 1 + accepted tokens per verify "
+            "step. Per channel (reasoning, content) from the requests' own counts where the "
+            "server sent them (or estimated from the stream's chunks: the source column); "
+            "the server's counters cover the whole level. '-': not known.",
+        ),
+        table(header, rows),
+    ]
+    if positions:
+        out += [
+            tag("h3", "Acceptance per draft position (server)"),
+            table(["level", "variant", "position: acceptance"], positions),
+        ]
+    return join(out)
+
+
+def prediction_chart(pred: Prediction) -> Chart:
+    """Median TPOT against concurrency: the baseline, the forecast with its interval, the
+    measured variant (as the plots' :class:`Chart`, drawn by :mod:`.svg`)."""
+    rows = ngram_rows(pred)
+    base = tuple(Point(r.concurrency, r.baseline_ms) for r in rows if r.baseline_ms is not None)
+    predicted = tuple(
+        Point(r.concurrency, r.predicted_ms, low=r.low_ms, high=r.high_ms)
+        for r in rows
+        if r.predicted_ms is not None
+    )
+    measured = tuple(Point(r.concurrency, r.measured_ms) for r in rows if r.measured_ms is not None)
+    who = pred.measured.label if pred.measured is not None else "variant"
+    series = [
+        Series("baseline", ALL, base),
+        Series(f"predicted {pred.method} k={pred.k}", ALL, predicted),
+        Series(f"{who} (measured)", ALL, measured),
+    ]
+    levels = tuple(sorted({r.concurrency for r in rows}))
+    return Chart(
+        name="prediction",
+        ylabel="median TPOT (ms)",
+        xlabel="concurrency",
+        levels=levels,
+        log2=bool(levels) and all(x > 0 for x in levels),
+        series=tuple(s for s in series if s.points),
+        line="median per level",
+        band=f"band: the forecast's {pred.confidence * 100:g}% interval",
+    )
+
+
+def _yes_no(value: bool | None) -> str:
+    return "-" if value is None else "yes" if value else "no"
+
+
+def _prediction_block(pred: Prediction) -> Markup:
+    conf = f"{pred.confidence * 100:g}%"
+    out: list[object] = [
+        tag("h3", f"Prediction: {pred.title}"),
+        tag("p", f"{pred.path} — {pred.note}.", class_="note"),
+    ]
+    if pred.method == "draft":
+        rows = [
+            [
+                f"{r.concurrency:g}",
+                ms(r.baseline_ms),
+                ratio(r.break_even_length),
+                rate(r.break_even_rate),
+                _yes_no(r.possible),
+                ratio(r.measured_length),
+                rate(r.measured_rate),
+                "-" if r.above is None else "above: faster" if r.above else "below: slower",
+            ]
+            for r in draft_rows(pred)
+        ]
+        header = [
+            "concurrency",
+            "baseline TPOT (ms)",
+            "break-even mean acceptance length",
+            "break-even acceptance rate",
+            "possible",
+            "measured mean acceptance length",
+            "measured acceptance rate",
+            "measured against break-even",
+        ]
+        return join([*out, table(header, rows)])
+    rows_v = ngram_rows(pred)
+    rows = [
+        [
+            f"{r.concurrency:g}",
+            ms(r.baseline_ms),
+            ms(r.predicted_ms),
+            f"{ms(r.low_ms)} .. {ms(r.high_ms)}",
+            ms(r.measured_ms),
+            "-" if r.error is None else f"{r.error * 100:+.1f}%",
+            _yes_no(r.within),
+            rate(r.predicted_acceptance),
+            rate(r.measured_acceptance),
+            tok_s(r.predicted_throughput),
+            tok_s(r.measured_throughput),
+            (r.verdict or "-") + (" (extrapolated)" if r.extrapolated else ""),
+        ]
+        for r in rows_v
+    ]
+    header = [
+        "concurrency",
+        "baseline TPOT (ms)",
+        "predicted TPOT (ms)",
+        f"{conf} interval",
+        "measured TPOT (ms)",
+        "error (predicted/measured)",
+        "measured inside interval",
+        "predicted acceptance",
+        "measured acceptance",
+        "predicted tok/s",
+        "measured tok/s",
+        "predicted verdict",
+    ]
+    out.append(table(header, rows))
+    if rows_v:
+        out.append(chart_figure(prediction_chart(pred), "Predicted against measured TPOT"))
+    return join(out)
+
+
+def _predictions_section(predictions: Sequence[Prediction]) -> Markup:
+    if not predictions:
+        return Markup("")
+    return join(
+        [tag("h2", "Predictions", id="predictions")] + [_prediction_block(p) for p in predictions]
+    )
+
+
+def _objectives(level: Mapping[str, Any]) -> str:
+    objectives = (level.get("slo") or {}).get("objectives_s") or {}
+    return ", ".join(
+        f"{k} ≤ {float(v) * 1000:g} ms"
+        for k, v in objectives.items()
+        if finite_number(v) is not None
+    )
+
+
+def _slo_section(runs: Sequence[Run]) -> Markup:
+    rows = []
+    for run in runs:
+        for level in run.summary.get("levels") or []:
+            slo = level.get("slo")
+            if not isinstance(slo, Mapping):
+                continue
+            failing = slo.get("failing_ratio") or {}
+            rows.append(
+                [
+                    str(level.get("name")),
+                    run.label,
+                    _objectives(level) or "-",
+                    pct(level.get("slo_attainment_ratio")),
+                    ms(level.get("request_goodput")),
+                    tok_s(level.get("output_goodput")),
+                    ", ".join(f"{k} {pct(v)}" for k, v in failing.items()) or "-",
+                ]
+            )
+    searches = [(run, run.summary["search"]) for run in runs if run.summary.get("search")]
+    if not rows and not searches:
+        return Markup("")
+    out: list[object] = [
+        tag("h2", "Service-level objectives", id="slo"),
+        tag(
+            "p",
+            "Attainment: the share of completed requests meeting every objective; goodput: "
+            "those requests per second (and their output tokens per second) over the window; "
+            "missed: the share failing each objective.",
+        ),
+    ]
+    if rows:
+        header = [
+            "level",
+            "variant",
+            "objectives",
+            "attainment",
+            "goodput (req/s)",
+            "goodput (tok/s)",
+            "missed per objective",
+        ]
+        out.append(table(header, rows))
+    for run, search in searches:
+        out.append(_search_block(run, search))
+    return join(out)
+
+
+def _search_block(run: Run, search: Mapping[str, Any]) -> Markup:
+    variable = search.get("variable") or "concurrency"
+    unit = "users" if variable == "concurrency" else "requests/s"
+    limit = finite_number(search.get("limit"))
+    target = pct(search.get("attainment"), 0)
+    found = (
+        f"highest {variable} holding {target} attainment: "
+        + ("none in the range" if limit is None else f"{limit:g} {unit}")
+        + (f" (set by {search['set_by']})" if search.get("set_by") else "")
+        + ("" if search.get("complete", True) else "; the search did not finish")
+    )
+    steps = [
+        [
+            str(step.get("level") or "-"),
+            f"{finite_number(step.get(variable)) or 0:g}",
+            pct(step.get("attainment")),
+            _yes_no(step.get("held") if isinstance(step.get("held"), bool) else None),
+            str(step.get("cut_short") or ""),
+        ]
+        for step in search.get("steps") or []
+        if isinstance(step, Mapping)
+    ]
+    parts: list[object] = [tag("h3", f"SLO search: {run.label}"), tag("p", found)]
+    if search.get("note"):
+        parts.append(tag("p", str(search["note"]), class_="note"))
+    parts.append(table(["level", variable, "attainment", "held", "cut short"], steps))
+    return join(parts)
+
+
+def _method_section(comp: Comparison | None) -> Markup:
+    if comp is None:
+        text = (
+            "Medians and percentiles are exact over the level's completed requests (the "
+            "rule of summary.json); the TPOT whiskers span p50 to p90 of the level's "
+            "requests. A single run has no verdict: give several results directories "
+            "(the first is the reference) to compare them."
+        )
+    else:
+        text = (
+            f"Differences are relative to {comp.variants[0]}, with a "
+            f"{comp.confidence * 100:g}% percentile bootstrap interval ({comp.n_boot} "
+            "resamples of each run's requests in blocks at least the concurrency long; the "
+            "estimate is the same statistic on the run's own sample). "
+            f"TTFCT is not compared where more than {comp.truncated_share * 100:g}% of a "
+            f"side's requests ended inside reasoning at max_tokens. {WIDENED_MARK}: the "
+            "interval was extended to contain its estimate. The same numbers are in "
+            "comparison.md (`specload compare`)."
+        )
+    return join([tag("h2", "Method", id="method"), tag("p", text)])
+
+
+def _single_run_verdict(run: Run) -> Markup:
+    rows = []
+    for level in run.summary.get("levels") or []:
+        rows.append(
+            [
+                level_title(level),
+                count(level.get("completed")),
+                count(level.get("failed")),
+                ms(level.get("median_tpot_ms")),
+                tok_s(level.get("output_throughput")),
+                rate(measured_acceptance(level)),
+                ", ".join(str(f) for f in level.get("flags") or []),
+            ]
+        )
+    header = ["level", "n", "failed", "median TPOT (ms)", "output tok/s", "acceptance", "flags"]
+    return join(
+        [
+            tag("h2", "Summary", id="verdicts"),
+            tag(
+                "p",
+                f"One run of {run.label}: no verdict without a reference (run `specload "
+                "report` with the baseline's directory first).",
+            ),
+            table(header, rows),
+        ]
+    )
+
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"Helvetica Neue",Arial,sans-serif;
+margin:1.5rem auto;max-width:1400px;padding:0 1rem;color:#1a1a1a;line-height:1.4}
+h1{font-size:1.5rem}h2{font-size:1.25rem;margin-top:2rem;border-bottom:1px solid #ccc}
+h3{font-size:1.05rem;margin-top:1.4rem}h4{font-size:.95rem}
+table.data{border-collapse:collapse;font-size:.82rem;margin:.5rem 0;
+font-variant-numeric:tabular-nums}
+table.data th,table.data td{border:1px solid #d0d0d0;padding:.2rem .45rem;text-align:right}
+table.data td{white-space:nowrap}
+table.data th{background:#f2f2f2;text-align:center}
+table.data td:first-child,table.data td:nth-child(2),table.data td:nth-child(3){text-align:left}
+td.verdict{font-weight:600;text-align:left}
+td.faster{color:#0a6b2a;background:#e7f6ea}td.slower{color:#a11;background:#fdeaea}
+td.same{color:#555}td.few,td.none{color:#777;font-style:italic}
+p.headline{font-weight:600}
+ul li{margin:.15rem 0}
+.note{color:#555;font-size:.85rem}
+.scroll{overflow-x:auto;max-width:100%}
+.panels{display:flex;flex-wrap:wrap;gap:.5rem}
+figure.panel{margin:0;border:1px solid #e0e0e0;padding:.3rem}
+figure.panel figcaption{text-align:center;font-size:.85rem;color:#333}
+svg.chart text{fill:#333}svg.chart text.n,svg.chart text.nlabel{font-size:10px}
+.legend{display:flex;flex-wrap:wrap;gap:1rem;font-size:.85rem;margin:.3rem 0}
+.swatch{display:inline-block;width:.9rem;height:.9rem;margin-right:.3rem;vertical-align:-2px}
+nav a{margin-right:.8rem}
+@media print{nav{display:none}h2{break-after:avoid}}
+"""
+
+
+def _nav(sections: Sequence[tuple[str, str]]) -> Markup:
+    return tag("nav", join(tag("a", title, href=f"#{anchor}") for anchor, title in sections))
+
+
+def report_html(
+    runs: Sequence[Run],
+    comp: Comparison | None = None,
+    *,
+    charts: Sequence[Chart] | None = None,
+    predictions: Sequence[Prediction] = (),
+    warnings: Sequence[str] = (),
+    generated: datetime | None = None,
+) -> str:
+    """The whole page. ``comp``: the comparison of ``runs`` (None: one run alone);
+    ``charts``: the charts to draw (default: the runs' own, :func:`run_charts`)."""
+    if comp is None and len(runs) != 1:
+        raise ValueError("report_html: several runs need their comparison")
+    if charts is None:
+        charts = run_charts([run.summary for run in runs])
+    all_warnings = list(comp.warnings if comp is not None else single_run_warnings(runs[0]))
+    all_warnings += run_warnings(runs, [lc.name for lc in comp.levels] if comp else ())
+    all_warnings += [f"prediction {p.path}: {w}" for p in predictions for w in p.warnings()]
+    all_warnings += warnings
+    names = [run.label for run in runs]
+    title = (
+        f"specload report: {' vs '.join(names)}"
+        if comp is not None
+        else f"specload report: {names[0]}"
+    )
+    when = (generated or datetime.now(UTC)).isoformat(timespec="seconds")
+    sections = [
+        _runs_section(runs),
+        _warnings_section(all_warnings),
+        _verdicts_section(comp) if comp is not None else _single_run_verdict(runs[0]),
+        _charts_section(charts),
+        _levels_section(runs, comp),
+        _spec_section(runs),
+        _predictions_section(predictions),
+        _slo_section(runs),
+        _method_section(comp),
+    ]
+    body = join(sections)
+    nav = [
+        (anchor, text)
+        for anchor, text in (
+            ("runs", "Runs"),
+            ("warnings", "Warnings"),
+            ("verdicts", "Verdicts" if comp is not None else "Summary"),
+            ("charts", "Charts"),
+            ("levels", "Levels"),
+            ("speculative-decoding", "Speculative decoding"),
+            ("predictions", "Predictions"),
+            ("slo", "SLOs"),
+            ("method", "Method"),
+        )
+        if f'id="{anchor}"' in body
+    ]
+    head = join(
+        [
+            Markup('<meta charset="utf-8">'),
+            Markup('<meta name="viewport" content="width=device-width, initial-scale=1">'),
+            # Nothing is fetched: no script, no image, no font; styles inline.
+            Markup(
+                '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+                "style-src 'unsafe-inline'\">"
+            ),
+            tag("title", title),
+            Markup(f"<style>{STYLE}</style>"),
+        ]
+    )
+    page = join(
+        [
+            tag("h1", title),
+            tag("p", f"generated {when} by specload {__version__}", class_="note"),
+            _nav(nav),
+            body,
+        ]
+    )
+    return f'<!doctype html>\n<html lang="en">\n<head>{head}</head>\n<body>{page}</body>\n</html>\n'
+
+
+def single_run_warnings(run: Run) -> list[str]:
+    """What makes one run not a finished measurement (killed, incomplete levels, repaired)."""
+    out = completeness_problems([run], run.level_names())
+    if run.status == "repaired":
+        out.append(f"{run.label}: summary rebuilt from requests.jsonl (`specload results repair`)")
+    elif run.status not in ("complete", "running"):
+        reason = run.summary.get("stop_reason")
+        out.append(f"{run.label}: status {run.status}" + (f" ({reason})" if reason else ""))
+    return out
