@@ -169,7 +169,8 @@ def add_options(parser: Any) -> None:
         default=DEFAULT_METRICS_ADDRESS,
         env_var="SPECLOAD_METRICS_ADDRESS",
         include_in_web_ui=False,
-        help="HOST:PORT for the client's Prometheus /metrics (master or single process); off",
+        help="HOST:PORT for the client's Prometheus /metrics (master or single process), or "
+        f"off (default {DEFAULT_METRICS_ADDRESS})",
     )
     add(
         "--records-file",

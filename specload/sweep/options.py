@@ -20,6 +20,9 @@ from specload.load.options import add_options as add_load_options
 
 # Load options the sweep sets itself (the step label changes per level).
 SWEEP_OWNED = frozenset({"step"})
+DEFAULT_HOST = "http://127.0.0.1:8000"  # vLLM's own address when --host is not given
+DEFAULT_READY_TIMEOUT = "10m"  # a server that reloads takes long
+IMPLICIT_READY_TIMEOUT = "1m"  # nothing named: a typo'd or missing --host fails fast
 # Keywords of Locust's (configargparse) parser that plain argparse does not know.
 _LOCUST_ONLY_KWARGS = ("env_var", "is_secret", "include_in_web_ui", "is_required", "is_multiple")
 # Only the master (or the single process) serves client metrics.
@@ -75,8 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sweep = parser.add_argument_group("sweep")
     sweep.add_argument(
         "--host",
-        default=os.environ.get("SPECLOAD_HOST", "http://127.0.0.1:8000"),
-        help="the server's base URL (with or without /v1; env SPECLOAD_HOST)",
+        default=os.environ.get("SPECLOAD_HOST"),
+        help=f"the server's base URL, with or without /v1 (env SPECLOAD_HOST; default "
+        f"vLLM's own {DEFAULT_HOST}, waited for {IMPLICIT_READY_TIMEOUT} only)",
     )
     sweep.add_argument(
         "--metrics-url",
@@ -88,7 +92,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--concurrency",
         default=None,
         metavar="LIST",
-        help="closed loop: users per level, e.g. 1,4,16,64 (the default)",
+        help="closed loop: users per level (default 1,4,16,64 when neither this nor "
+        "--request-rate is given)",
     )
     sweep.add_argument(
         "--request-rate",
@@ -132,8 +137,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     sweep.add_argument(
         "--ready-timeout",
-        default="10m",
-        help="how long to wait for /health and /v1/models at the start",
+        default=None,
+        help="how long to wait for /health and /v1/models at the start (default 10m: a "
+        f"reload takes long; {IMPLICIT_READY_TIMEOUT} without --host)",
     )
     sweep.add_argument(
         "--on-outage",
@@ -150,7 +156,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sweep.add_argument(
         "--drain-timeout",
         default="60s",
-        help="at the end, longest wait for the last level's in-flight requests",
+        help="at the end, longest wait for the last level's in-flight requests "
+        "(default: %(default)s)",
     )
     sweep.add_argument(
         "--search",

@@ -102,11 +102,18 @@ def run_sweep(settings: SweepSettings) -> int:
             f"specload run: variant {settings.variant}, target {url.display}, "
             f"{plan.mode} loop {', '.join(plan.step_names)}, results in {writer.dir}"
         )
+        if not settings.host_given:
+            progress.message(
+                f"no --host given: trying vLLM's default address {url.display} for "
+                f"{settings.ready_timeout_s:g}s (--host URL or env SPECLOAD_HOST names the "
+                "server; `specload demo` runs against a simulated one)"
+            )
         ready = readiness.wait_ready(
             url,
             timeout_s=settings.ready_timeout_s,
             api_key=settings.api_key or None,
             on_wait=lambda left, problem: progress.countdown(left, problem, url.display),
+            what="--host" if settings.host_given else "no --host given: vLLM's default",
         )
         # From here on the settings name the model the target serves: workers, records
         # and summary.json all see it.

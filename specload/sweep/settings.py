@@ -28,7 +28,13 @@ from specload.load.options import validate as validate_load_options
 from specload.prompts.trace import load_trace
 from specload.results.writer import prepare_out_dir
 from specload.slo import parse_slo
-from specload.sweep.options import LOAD_OPTIONS, worker_argv
+from specload.sweep.options import (
+    DEFAULT_HOST,
+    DEFAULT_READY_TIMEOUT,
+    IMPLICIT_READY_TIMEOUT,
+    LOAD_OPTIONS,
+    worker_argv,
+)
 from specload.sweep.plan import SweepPlan, build_plan
 from specload.sweep.search import SloSearch, parse_range
 from specload.urls import ServerURL, parse_server_url, redact_url
@@ -74,6 +80,8 @@ class SweepSettings:
     prefix_cache_reset: bool = True
     # --search slo: the search (its first level is the plan's one level); None: the plan.
     search: SloSearch | None = None
+    # False: no --host (nor SPECLOAD_HOST): vLLM's default address, waited for briefly.
+    host_given: bool = True
 
     def __post_init__(self) -> None:
         for name in ("load", "given", "secrets"):  # copies nobody else holds: read-only
@@ -224,11 +232,15 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         ramp_up=args.ramp_up,
         trace=_trace_shape(args),
     )
-    url = parse_server_url(args.host)
+    host_given = bool(args.host)
+    url = parse_server_url(args.host or DEFAULT_HOST)
     check_workers(args.workers, args.expect_workers, args.master_bind_port)
     parse_address(args.metrics_address or "off")  # a bad one is a one-line error
     metrics_url = metrics_url_of(args.metrics_url, url)
-    ready_timeout_s = parse_duration(args.ready_timeout, name="--ready-timeout")
+    ready_timeout = args.ready_timeout or (
+        DEFAULT_READY_TIMEOUT if host_given else IMPLICIT_READY_TIMEOUT
+    )
+    ready_timeout_s = parse_duration(ready_timeout, name="--ready-timeout")
     outage_timeout_s = parse_duration(args.outage_timeout, name="--outage-timeout")
     drain_timeout_s = parse_duration(args.drain_timeout, name="--drain-timeout")
     load_dests = {o.dest for o in LOAD_OPTIONS}
@@ -237,6 +249,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         for key, value in vars(args).items()
         if not key.startswith("_") and key not in _NOT_OPTIONS and key not in load_dests
     }
+    given |= {"host": args.host or DEFAULT_HOST, "ready_timeout": ready_timeout}
     load = {o.dest: getattr(args, o.dest) for o in LOAD_OPTIONS if not o.secret}
     # One nonce for the run, shared with every worker: prompts repeated in a level still
     # share their prefix, across processes too.
@@ -248,6 +261,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         plan=plan,
         out_dir=prepare_out_dir(args.out or default_out_dir(args.variant)),
         ready_timeout_s=ready_timeout_s,
+        host_given=host_given,
         on_outage=cast(OnOutage, args.on_outage),
         outage_timeout_s=outage_timeout_s,
         drain_timeout_s=drain_timeout_s,

@@ -72,7 +72,8 @@ def test_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert s.url.root == "http://127.0.0.1:8000"
     assert s.metrics_url == "http://127.0.0.1:8000/metrics"
     assert s.plan.step_names == ("c1", "c4", "c16", "c64")
-    assert (s.ready_timeout_s, s.outage_timeout_s, s.drain_timeout_s) == (600, 2700, 60)
+    # no --host: vLLM's default address, waited for a minute (not a reload's 10)
+    assert (s.ready_timeout_s, s.outage_timeout_s, s.drain_timeout_s) == (60, 2700, 60)
     assert (s.on_outage, s.progress, s.plots, s.workers, s.expect_workers) == (
         "wait", "auto", True, 0, None)  # fmt: skip
     assert s.model == ""
@@ -131,7 +132,7 @@ def test_public_options_keep_their_keys_and_values(tmp_path: Path) -> None:
         "stream": True, "warmup": "30s", "duration": "2m", "requests": None,
     }  # fmt: skip
     assert public["out"] == str(tmp_path / "out")  # as given, not resolved
-    assert (public["no_plots"], public["ready_timeout"], public["workers"]) == (False, "10m", 0)
+    assert (public["no_plots"], public["ready_timeout"], public["workers"]) == (False, "1m", 0)
 
 
 def test_environment_variables_are_the_defaults(
@@ -201,3 +202,26 @@ def test_run_sweep_reads_nothing_but_the_settings() -> None:
     assert [a.arg for a in fn.args.args] == ["settings"]
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     assert not names & {"args", "argparse"}
+
+
+def test_without_a_host_vllms_default_is_tried_briefly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SPECLOAD_HOST", raising=False)
+    implicit = settings(tmp_path)
+    assert (implicit.host_given, implicit.url.root) == (False, "http://127.0.0.1:8000")
+    assert implicit.ready_timeout_s == 60.0 and implicit.given["host"] == implicit.url.root
+    named = settings(tmp_path, "--host", "http://gpu-7:8000/v1")
+    assert (named.host_given, named.ready_timeout_s) == (True, 600.0)
+    assert settings(tmp_path, "--ready-timeout", "5s").ready_timeout_s == 5.0
+    monkeypatch.setenv("SPECLOAD_HOST", "http://envhost:9")
+    assert settings(tmp_path).host_given and settings(tmp_path).ready_timeout_s == 600.0
+
+
+def test_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for shown in ("default vLLM's own http://127.0.0.1:8000", "default 10m", "(default: 60s)",
+                  "(default 1,4,16,64 when neither this nor --request-rate is given)"):  # fmt: skip
+        assert shown in text, shown
