@@ -177,7 +177,13 @@ def test_stack_up_sweep_reload_down(
         return int(total["num_requests"]) if total and stats["worker_count"] == 1 else 0
 
     wait_for(requests_done, 20, "requests through the Locust worker")
-    httpx.get(f"{master}/stop", timeout=5)
+    stopped = httpx.post(f"{master}/stop", timeout=5)  # Locust 2.47: POST only
+    assert stopped.status_code == 200, stopped.text
+    wait_for(
+        lambda: httpx.get(f"{master}/stats/requests", timeout=2).json()["state"] == "stopped",
+        20,
+        "the swarm stopped",
+    )
 
     # A reload of the ngram server, seen by the exporter and then in Prometheus.
     exporter = parts["exporter"]["url"]
