@@ -14,6 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from specload.compare.options import add_verdict_options, check_verdict_options
 from specload.errors import UsageError
 from specload.results.writer import (
     atomic_write_bytes,
@@ -42,36 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="exit 1 when a variant's median TPOT is worse than the first's by more than PCT "
         "percent with confidence (the interval's lower bound)",
     )
-    parser.add_argument(
-        "--confidence", type=float, default=0.95, help="confidence level (default 0.95)"
-    )
-    parser.add_argument(
-        "--bootstrap", type=int, default=2000, metavar="N", help="resamples (default 2000)"
-    )
-    parser.add_argument(
-        "--min-difference",
-        type=float,
-        default=5.0,
-        metavar="PCT",
-        help="smallest difference called faster/slower (default 5 percent: run-to-run noise)",
-    )
-    parser.add_argument(
-        "--min-n",
-        type=int,
-        default=None,
-        metavar="N",
-        help="fewest samples per side for an interval and a verdict (default 10)",
-    )
+    add_verdict_options(parser)
     parser.add_argument(
         "--strict",
         action="store_true",
         help="runs that differ (prompts, seed, max_tokens, temperature, model, levels, "
         "windows, time scale, prefix cache) are an error, not a warning",
-    )
-    parser.add_argument(
-        "--allow-incomplete",
-        action="store_true",
-        help="compare killed or unfinalized runs and incomplete levels (marked in the report)",
     )
     parser.add_argument(
         "--profile",
@@ -92,19 +69,12 @@ def run(args: argparse.Namespace) -> int:
     from specload.compare.model import compare_runs, load_run  # noqa: PLC0415
     from specload.compare.profiles import parse_profile_options, read_profile  # noqa: PLC0415
     from specload.compare.report import comparison_json, comparison_markdown  # noqa: PLC0415
-    from specload.compare.stats import MIN_N  # noqa: PLC0415
 
     if len(args.dirs) < 2:
         raise UsageError("compare: give at least two results directories")
-    if not 0.5 <= args.confidence < 1:
-        raise UsageError(f"--confidence: {args.confidence} must be in [0.5, 1)")
-    if args.bootstrap < 100:
-        raise UsageError(f"--bootstrap: {args.bootstrap} must be at least 100")
     if args.fail_on_regression is not None and args.fail_on_regression < 0:
         raise UsageError(f"--fail-on-regression: {args.fail_on_regression} must be >= 0")
-    min_n = MIN_N if args.min_n is None else args.min_n
-    if min_n < 2:
-        raise UsageError(f"--min-n: {min_n} must be at least 2")
+    min_n = check_verdict_options(args)
     chosen = parse_profile_options(args.profile, args.dirs)
     runs = [load_run(d) for d in args.dirs]
     for index, path in chosen.items():

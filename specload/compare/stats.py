@@ -35,12 +35,14 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from specload.compare.options import MIN_N_DEFAULT
+
 FloatArray = npt.NDArray[np.float64]
 # Statistic over resamples: (resamples x n) matrix → one value per row.
 Statistic = Callable[[FloatArray], FloatArray]
 
 # Fewest samples per side for an interval and a verdict (fewer: "n too small").
-MIN_N = 10
+MIN_N = MIN_N_DEFAULT
 
 _CHUNK_CELLS = 2_000_000  # cap the resample matrix at ~16 MB
 

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specload.compare.options import add_verdict_options, check_verdict_options
 from specload.errors import UsageError
 
 if TYPE_CHECKING:
@@ -115,19 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="interp: the fitted line plus its residuals at the measured levels (default); "
         "linear: the line alone",
     )
-    parser.add_argument(
-        "--confidence", type=float, default=0.95, help="interval level (default 0.95)"
-    )
-    parser.add_argument(
-        "--bootstrap", type=int, default=1000, metavar="N", help="resamples (default 1000)"
-    )
-    parser.add_argument(
-        "--min-difference",
-        type=float,
-        default=5.0,
-        metavar="PCT",
-        help="smallest difference called faster/slower (default 5 percent: run-to-run noise)",
-    )
+    add_verdict_options(parser, bootstrap=1000, min_n=False, incomplete=False)
     parser.add_argument(
         "--max-num-seqs",
         type=int,
@@ -183,15 +172,10 @@ def options_of(args: argparse.Namespace) -> Options:
             raise UsageError(f"--draft-cost-ratio {ratio}: must be a number in [0, 10]")
     elif ratio is not None:
         raise UsageError("--draft-cost-ratio: only with --method draft")
-    if not 0.5 <= args.confidence < 1:
-        raise UsageError(f"--confidence: {args.confidence} must be in [0.5, 1)")
-    if args.bootstrap < 100 or args.bootstrap > 100_000:
-        raise UsageError(f"--bootstrap: {args.bootstrap} must be in [100, 100000]")
+    check_verdict_options(args)
     overhead = args.step_overhead_ms
     if not (math.isfinite(overhead) and 0 <= overhead <= 10_000):
         raise UsageError(f"--step-overhead-ms {overhead}: must be a number in [0, 10000]")
-    if not (math.isfinite(args.min_difference) and 0 <= args.min_difference < 100):
-        raise UsageError(f"--min-difference: {args.min_difference} must be in [0, 100)")
     concurrencies = (
         parse_int_list(args.concurrency, name="--concurrency") if args.concurrency else None
     )

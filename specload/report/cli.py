@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specload.compare.options import add_verdict_options, check_verdict_options
 from specload.errors import UsageError
 from specload.results.writer import SUMMARY_FILE, atomic_write_text, prepare_out_dir
 
@@ -52,31 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a `specload predict` prediction.json to set beside the measured runs "
         "(repeatable; DIR/prediction.json of each directory is read anyway)",
     )
-    parser.add_argument(
-        "--confidence", type=float, default=0.95, help="confidence level (default 0.95)"
-    )
-    parser.add_argument(
-        "--bootstrap", type=int, default=2000, metavar="N", help="resamples (default 2000)"
-    )
-    parser.add_argument(
-        "--min-difference",
-        type=float,
-        default=5.0,
-        metavar="PCT",
-        help="smallest difference called faster/slower (default 5 percent: run-to-run noise)",
-    )
-    parser.add_argument(
-        "--min-n",
-        type=int,
-        default=None,
-        metavar="N",
-        help="fewest samples per side for an interval and a verdict (default 10)",
-    )
-    parser.add_argument(
-        "--allow-incomplete",
-        action="store_true",
-        help="compare killed or unfinalized runs and incomplete levels (marked in the report)",
-    )
+    add_verdict_options(parser)
 
 
 def check_result_dir(path: str) -> Path:
@@ -140,17 +117,8 @@ def single_run_html(run: Run, predictions: Sequence[Path] = ()) -> str:
 def run(args: argparse.Namespace) -> int:
     # numpy and matplotlib load only when the command runs, not for `specload --help`.
     from specload.compare.model import compare_runs, load_run  # noqa: PLC0415
-    from specload.compare.stats import MIN_N  # noqa: PLC0415
 
-    if not 0.5 <= args.confidence < 1:
-        raise UsageError(f"--confidence: {args.confidence} must be in [0.5, 1)")
-    if args.bootstrap < 100:
-        raise UsageError(f"--bootstrap: {args.bootstrap} must be at least 100")
-    min_n = MIN_N if args.min_n is None else args.min_n
-    if min_n < 2:
-        raise UsageError(f"--min-n: {min_n} must be at least 2")
-    if not 0 <= args.min_difference < 100:
-        raise UsageError(f"--min-difference: {args.min_difference} must be in [0, 100)")
+    min_n = check_verdict_options(args)
     dirs = [str(check_result_dir(d)) for d in args.dirs]
     predictions = [Path(p) for p in args.prediction or []]
     out = _out_file(args.out, dirs)
