@@ -367,12 +367,16 @@ def _run_warnings(runs: Sequence[Run], level_names: Sequence[str]) -> list[str]:
             reason = run.summary.get("stop_reason")
             out.append(f"{run.label}: status {run.status}" + (f" ({reason})" if reason else ""))
         for name in level_names:
-            level = run.level(name) or {}
-            for sentence in level.get("warnings") or []:
-                out.append(f"{run.label} {name}: {sentence}")
-            flags = [str(f) for f in level.get("flags") or []]
-            if flags and not level.get("warnings"):
-                out.append(f"{run.label} {name}: flagged {', '.join(flags)}")
+            out += level_warning_lines(run.label, name, run.level(name) or {})
+    return out
+
+
+def level_warning_lines(label: str, name: str, level: Mapping[str, Any]) -> list[str]:
+    """A level's own warnings, or its flags where it has none, each naming run and level."""
+    out = [f"{label} {name}: {sentence}" for sentence in level.get("warnings") or []]
+    flags = [str(f) for f in level.get("flags") or []]
+    if flags and not level.get("warnings"):
+        out.append(f"{label} {name}: flagged {', '.join(flags)}")
     return out
 
 

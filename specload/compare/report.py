@@ -34,7 +34,8 @@ def _value(value: float | None, unit: str) -> str:
     return f"{value:.2f}" if unit in ("ms", "req/s") else f"{value:.1f}"
 
 
-def _pct(diff: Difference | None) -> tuple[str, str]:
+def difference_text(diff: Difference | None) -> tuple[str, str]:
+    """The relative difference and its interval as text (``+3.1%``, ``+1.0% .. +5.2%``)."""
     if diff is None:
         return "-", "-"
     rel = f"{diff.rel * 100:+.1f}%"
@@ -61,7 +62,7 @@ def headline(comp: Comparison) -> list[str]:
             if cell is None:
                 continue
             diff = cell.diffs[i]
-            rel, ci = _pct(diff)
+            rel, ci = difference_text(diff)
             n = f"n {cell.n[0]}/{cell.n[i]}" if cell.n else ""
             acc = level.acceptance[i]
             acc_text = "" if acc is None else f", acceptance rate {acc:.2f}"
@@ -144,7 +145,7 @@ def comparison_markdown(comp: Comparison) -> str:
                 row += [str(n) for n in cell.n]
                 row += [_value(v, measure.unit) for v in cell.values]
                 for i in range(1, len(comp.variants)):
-                    rel, ci = _pct(cell.diffs[i])
+                    rel, ci = difference_text(cell.diffs[i])
                     row += [rel, ci, cell.verdicts[i] or "-"]
                 lines.append("| " + " | ".join(row) + " |")
     lines.append("")

@@ -39,9 +39,9 @@ from specload.compare.model import (
     LevelComparison,
     Run,
     completeness_problems,
+    level_warning_lines,
 )
-from specload.compare.report import WIDENED_MARK, crossover_line
-from specload.compare.stats import Difference
+from specload.compare.report import WIDENED_MARK, crossover_line, difference_text
 from specload.report import svg
 from specload.report.prediction import Prediction, draft_rows, measured_acceptance, ngram_rows
 from specload.results.aggregate import finite_number
@@ -124,14 +124,7 @@ def measure_value(value: float | None, unit: str) -> str:
     return tok_s(value)
 
 
-def rel_text(diff: Difference | None) -> tuple[str, str]:
-    if diff is None:
-        return "-", "-"
-    rel = f"{diff.rel * 100:+.1f}%"
-    if diff.ci_low is None or diff.ci_high is None:
-        return rel, "-"
-    ci = f"{diff.ci_low * 100:+.1f}% .. {diff.ci_high * 100:+.1f}%"
-    return rel, ci + (WIDENED_MARK if diff.widened else "")
+rel_text = difference_text
 
 
 _VERDICT_CLASS = {FASTER: "faster", SLOWER: "slower", SAME: "same", TOO_FEW: "few"}
@@ -211,11 +204,7 @@ def run_warnings(runs: Sequence[Run], skip: Iterable[str] = ()) -> list[str]:
             name = str(level.get("name"))
             if name in done:
                 continue
-            for sentence in level.get("warnings") or []:
-                out.append(f"{run.label} {name}: {sentence}")
-            flags = [str(f) for f in level.get("flags") or []]
-            if flags and not level.get("warnings"):
-                out.append(f"{run.label} {name}: flagged {', '.join(flags)}")
+            out += level_warning_lines(run.label, name, level)
     return out
 
 
