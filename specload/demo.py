@@ -1,23 +1,31 @@
 """``specload demo``: the whole story on the local stack, no GPU needed.
 
-Stages, in order (each a small function over a shared :class:`DemoContext`):
+The reference deployment's own experiment (``docs/demo.md``), on a simulated vLLM that runs
+:data:`~specload.stack.rules.DEMO_TIME_SCALE` times faster than it (every figure is printed
+beside its reading on the reference scale: times x the time scale, rates / it). Stages, in
+order (each a small function over a shared :class:`DemoContext`):
 
-1. ``specload stack up`` under ``OUT/stack`` on free ports: one simulated
-   server ``baseline`` (the deployment), the exporter, Prometheus, Alertmanager;
-2. a baseline sweep (``specload run --record-token-ids``) of it, ``baseline export``, and
-   the baseline served by the exporter (Prometheus shows it);
-3. ``specload predict`` of the simulator's n-gram variant from the baseline sweep alone,
-   before paying for the reload: predicted TPOT per level and whether the reload is worth it;
-4. ``stack reload baseline --as ngram``, watched live in Prometheus
-   (``specload_target_state``, reload elapsed, load progress), then the reload
-   duration the exporter recorded;
-5. an ngram sweep of the same server and the comparison (ngram slower), with
-   the acceptance rate from the sweep and from Prometheus, then the prediction of
-   stage 3 beside what was measured (``specload predict --measured``);
-6. the alert state from Prometheus and Alertmanager, and the ratio behind
-   ``SpecloadTPOTRegression`` level by level;
-7. ``stack down`` (also on Ctrl-C and errors; ``--keep-stack`` keeps it), then
-   where the results, plots, the prediction and the comparison are.
+1. ``specload stack up`` under ``OUT/stack`` on free ports: one simulated server ``baseline``
+   (the deployment), the exporter, Prometheus — switched to the *demo profile* of the rules
+   (``deploy/prometheus/demo``, rendered from the same source as production by
+   :mod:`specload.stack.rules`: shorter windows and ``for:``, the same thresholds) — and
+   Alertmanager, whose committed webhook receiver the demo plays;
+2. the baseline sweep over the reference's four prompt types at ``max_tokens`` 4096, as the
+   reference measured (``specload run --record-token-ids``, client metrics scraped by the
+   stack's Prometheus): per type median TPOT against the reference's table, how many requests
+   reached their answer; ``baseline export``, served by the exporter;
+3. the reference's fifth prompt (long reasoning) at the same budget: it ends inside reasoning,
+   and the sweep's truncation guard says so — while ``specload predict`` runs beside it;
+4. the prediction of the n-gram variant from the baseline sweep alone, as the decision it
+   supports (``… slower at concurrency 1, … at 4: not worth a 30-minute reload``);
+5. ``stack reload baseline --as ngram``, watched live in Prometheus;
+6. the reloaded server under steady load: ``SpecloadTPOTRegression`` goes pending, fires and
+   reaches the webhook (each moment printed);
+7. the ngram sweep and the comparison, then the prediction of stage 4 beside what was
+   measured (``specload predict --measured``);
+8. the alert state from Prometheus, Alertmanager and the webhook;
+9. ``stack down`` (also on Ctrl-C and errors; ``--keep-stack`` keeps it), then one verdict
+   per variant, where the report is, and the wall time.
 
 The facts of the story are written to ``OUT/demo.json`` as they are learnt.
 """
@@ -25,42 +33,151 @@ The facts of the story are written to ``OUT/demo.json`` as they are learnt.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import http.server
+import io
+import json
 import math
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import IO, Any
+from urllib.parse import urlsplit
 
 import httpx
 
 from specload import vllm_metrics as vm
 from specload.durations import parse_duration
 from specload.errors import UsageError
-from specload.promapi import PrometheusAPI
+from specload.promapi import PrometheusAPI, PrometheusError
 from specload.results.aggregate import finite_number, level_window
 from specload.results.writer import atomic_write_bytes, dump_json, prepare_out_dir
+from specload.stack.rules import DEMO, DEMO_TIME_SCALE, duration_s
 
 #: The stack's one server: it starts as ``baseline`` and is reloaded into ``ngram``.
 SERVER = "baseline"
 RELOAD_AS = "ngram"
 VARIANTS = ("baseline", "ngram")
+HOST = "127.0.0.1"
+
+#: The reference deployment (``shared/REFERENCE.md``): single stream, max_tokens 4096,
+#: reasoning counted — median TPOT per prompt type.
+REFERENCE_MAX_TOKENS = 4096
+REFERENCE_TPOT_MS: Mapping[str, float] = {
+    "coding": 16.0,
+    "math": 12.8,
+    "structured": 13.1,
+    "explanation": 12.6,
+}
+REFERENCE_TYPES = tuple(REFERENCE_TPOT_MS)
+#: The reference's fifth prompt, which spent all 4096 tokens reasoning.
+FIFTH_PROMPT = "long_reasoning"
+FIFTH_REQUESTS = 12
+FIFTH_CONCURRENCY = 4
+TPOT_ALERT = "SpecloadTPOTRegression"
+#: How long the steady load of stage 6 waits for the alert to reach the webhook.
+ALERT_TIMEOUT_S = 150.0
 
 #: Option defaults: (normal, --quick).
 DEFAULTS: dict[str, tuple[str, str]] = {
-    "concurrency": ("1,4,16", "1,4"),
-    "warmup": ("3s", "1s"),
-    "duration": ("20s", "4s"),
-    "max_tokens": ("128", "48"),
-    "time_scale": ("2", "5"),
-    "load_time": ("12s", "4s"),
-    "scrape_interval": ("1s", "500ms"),
+    "concurrency": ("1,4", "1,4"),
+    "warmup": ("2s", "1s"),
+    "duration": ("20s", "10s"),
+    "max_tokens": (str(REFERENCE_MAX_TOKENS), str(REFERENCE_MAX_TOKENS)),
+    "time_scale": (str(DEMO_TIME_SCALE), str(DEMO_TIME_SCALE)),
+    "load_time": ("8s", "3s"),
+    "scrape_interval": ("1s", "1s"),
 }
+
+
+# --- the webhook receiver ---------------------------------------------------------------------
+
+
+@dataclass
+class Notification:
+    received_at: float  # time.time()
+    payload: dict[str, Any]
+
+    def alerts(self) -> list[dict[str, Any]]:
+        alerts = self.payload.get("alerts")
+        return [a for a in alerts if isinstance(a, dict)] if isinstance(alerts, list) else []
+
+
+class WebhookReceiver:
+    """Alertmanager's webhook receiver of ``deploy/alertmanager/alertmanager.yml``, played by
+    the demo: every POST to its path is kept with the time it arrived."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        parts = urlsplit(url)
+        self.host = parts.hostname or HOST
+        self.port = parts.port or 80
+        self.path = parts.path or "/"
+        self.notifications: list[Notification] = []
+        self._lock = threading.Lock()
+        self._server: http.server.ThreadingHTTPServer | None = None
+
+    def start(self) -> str | None:
+        """Listen; None, or why it cannot (the port is taken)."""
+        keep, lock, path = self.notifications, self._lock, self.path
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(min(length, 1 << 22))
+                try:
+                    payload = json.loads(body)
+                except ValueError:
+                    payload = None
+                if self.path.split("?")[0] == path and isinstance(payload, dict):
+                    with lock:
+                        keep.append(Notification(time.time(), payload))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        try:
+            self._server = http.server.ThreadingHTTPServer((self.host, self.port), Handler)
+        except OSError as exc:
+            return f"{self.host}:{self.port} {exc.strerror or exc}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return None
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def received(self) -> list[Notification]:
+        with self._lock:
+            return list(self.notifications)
+
+
+def _webhook_url(repo: Path) -> str:
+    """The webhook of the committed Alertmanager config's default receiver."""
+    import yaml  # noqa: PLC0415
+
+    config = yaml.safe_load((repo / "deploy" / "alertmanager" / "alertmanager.yml").read_text())
+    receiver = config["route"]["receiver"]
+    for entry in config.get("receivers") or []:
+        if entry.get("name") == receiver and entry.get("webhook_configs"):
+            return str(entry["webhook_configs"][0]["url"])
+    raise UsageError("deploy/alertmanager/alertmanager.yml: no webhook for the default receiver")
+
+
+# --- the context ------------------------------------------------------------------------------
 
 
 @dataclass
@@ -76,6 +193,11 @@ class DemoContext:
     stack_running: bool = False
     facts: dict[str, Any] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+    webhook: WebhookReceiver | None = None
+    loadgen_address: str | None = None
+    #: The simulator's time scale as it reports it (``server_time_scale`` of the sweeps).
+    time_scale: float | None = None
+    predict_job: tuple[subprocess.Popen[str], float] | None = None
 
     def say(self, text: str) -> None:
         print(text, flush=True)
@@ -94,8 +216,36 @@ class DemoContext:
         assert self.prometheus is not None
         return self.prometheus
 
+    @property
+    def scale(self) -> float:
+        """Reference time / simulator time (1: a real server)."""
+        if self.time_scale is not None:
+            return self.time_scale
+        return float(getattr(self.args, "time_scale", 1.0) or 1.0)
+
+    def ref_ms(self, sim_ms: Any) -> float | None:
+        v = finite_number(sim_ms)
+        return None if v is None else v * self.scale
+
+    def both(self, sim_ms: Any) -> str:
+        """``0.51 ms [15.3 ms]``: the simulator's figure, then on the reference scale."""
+        v = finite_number(sim_ms)
+        if v is None:
+            return "-"
+        return f"{_time(v)} [{_time(v * self.scale)}]"
+
 
 Stage = Callable[[DemoContext], None]
+
+
+def _time(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    if ms >= 60_000:
+        return f"{ms / 60_000:.1f} min"
+    if ms >= 1000:
+        return f"{ms / 1000:.2f} s"
+    return f"{ms:.2f} ms"
 
 
 def _specload(*argv: str) -> list[str]:
@@ -111,18 +261,66 @@ def _stack(*argv: str) -> int:
     return stack_cli.run(parser.parse_args(list(argv)))
 
 
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_for(check: Callable[[], Any], timeout_s: float, every_s: float = 0.25) -> Any:
+    deadline = time.monotonic() + timeout_s
+    result = check()
+    while not result and time.monotonic() < deadline:
+        time.sleep(every_s)
+        result = check()
+    return result
+
+
+def _stamp(t: float | None) -> str:
+    return "-" if t is None else datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-4]
+
+
 # --- 1. stack up ------------------------------------------------------------------------------
+
+
+def _switch_rules(ctx: DemoContext, repo: Path) -> list[str]:
+    """The stack's Prometheus on the demo profile of the rules, checked by asking it."""
+    from specload.stack.configs import use_rule_profile  # noqa: PLC0415
+
+    patterns = use_rule_profile(ctx.state_dir, repo, DEMO)
+    url = str(ctx.stack["prometheus"]["url"])
+    httpx.post(url + "/-/reload", timeout=30).raise_for_status()
+    want = duration_s(DEMO.for_regression)
+
+    def loaded() -> bool:
+        rule = next((r for r in ctx.prom.alert_rules() if r.get("name") == TPOT_ALERT), None)
+        return rule is not None and float(rule.get("duration") or 0) == want
+
+    if not _wait_for(loaded, timeout_s=10):
+        raise UsageError(
+            f"demo: Prometheus did not load the demo profile of the rules ({patterns[0]}); "
+            f"see {ctx.state_dir / 'logs' / 'prometheus.log'}",
+            exit_code=1,
+        )
+    return patterns
 
 
 def stack_up(ctx: DemoContext) -> None:
     args = ctx.args
     ctx.say(
-        f"== 1. specload stack up: a simulated vLLM server '{SERVER}' (time scale "
-        f"{args.time_scale:g}x, ratios kept; each load takes {args.load_time_s:g}s here, ~30 min "
-        "for the 1T-parameter reference model), the exporter, Prometheus, Alertmanager"
+        f"== 1. specload stack up: a simulated vLLM server '{SERVER}' ({args.time_scale:g}x "
+        f"faster than the reference deployment, ratios kept: every figure below is followed by "
+        f"[its reading on the reference scale]; each load takes {args.load_time_s:g}s here, "
+        "~30 min for the 1T-parameter reference model), the exporter, Prometheus with the "
+        "demo profile of the rules, Alertmanager"
     )
+    from specload.stack.plan import find_repo  # noqa: PLC0415
     from specload.stack.state import load  # noqa: PLC0415
 
+    repo = find_repo()
+    ctx.webhook = WebhookReceiver(_webhook_url(repo))
+    busy = ctx.webhook.start()
+    ctx.loadgen_address = f"{HOST}:{_free_port()}"
     ctx.baseline_file = ctx.out / "baseline" / "baseline.json"
     ctx.stack_running = True  # from here on, a failure or Ctrl-C runs `stack down`
     try:
@@ -165,29 +363,80 @@ def stack_up(ctx: DemoContext) -> None:
         for p in state.parts
     }
     ctx.prometheus = PrometheusAPI(str(ctx.stack["prometheus"]["url"]))
-    ctx.record("stack", {"state_dir": str(ctx.state_dir), "parts": ctx.stack})
+    rule_files = _switch_rules(ctx, repo)
+    clock = (
+        f"at this time scale {DEMO.window} is "
+        f"{duration_s(DEMO.window) * args.time_scale / 60:g} reference minutes"
+    )
+    ctx.say(
+        f"   Prometheus runs the demo profile (deploy/prometheus/{DEMO.folder}: windows "
+        f"{DEMO.window}, long windows {DEMO.long_window}, for: {DEMO.for_regression} / "
+        f"{DEMO.for_traffic}, production's thresholds; {clock}), rendered from "
+        "deploy/prometheus/source like the production rules (python -m specload.stack.rules)"
+    )
+    if args.time_scale != DEMO_TIME_SCALE:
+        ctx.say(
+            f"   note: the demo profile is made for time scale {DEMO_TIME_SCALE}, this run "
+            f"uses {args.time_scale:g}"
+        )
+    ctx.say(
+        "   client metrics of every run below: "
+        f"{ctx.loadgen_address}/metrics, scraped as job specload-loadgen; Alertmanager's "
+        f"webhook {ctx.webhook.url}: "
+        + (f"not listening ({busy}): deliveries are not seen" if busy else "the demo listens")
+    )
+    ctx.record(
+        "stack",
+        {
+            "state_dir": str(ctx.state_dir),
+            "parts": ctx.stack,
+            "rules_profile": DEMO.name,
+            "rule_files": rule_files,
+            "loadgen": ctx.loadgen_address,
+            "webhook": ctx.webhook.url,
+            "webhook_listening": busy is None,
+        },
+    )
 
 
-# --- 2. baseline sweep --------------------------------------------------------------------------
+# --- runs -------------------------------------------------------------------------------------
 
 
-def _sweep(ctx: DemoContext, variant: str, *extra: str) -> Path:
-    """``specload run`` of the stack's server as ``variant`` (``extra``: more of its options);
-    Ctrl-C lets it finish cleanly."""
+def _run_cmd(
+    ctx: DemoContext,
+    variant: str,
+    out: Path,
+    *,
+    prompts: str,
+    concurrency: str | None = None,
+    warmup: str | None = None,
+    duration: str | None = None,
+    requests: int | None = None,
+    extra: tuple[str, ...] = (),
+    progress: str | None = None,
+) -> list[str]:
+    """``specload run`` of the stack's server as ``variant``, its client metrics served where
+    the stack's Prometheus scrapes them (the target list is labelled with ``variant``)."""
+    from specload.stack.configs import write_loadgen_targets  # noqa: PLC0415
+
     args = ctx.args
-    out = ctx.out / variant
-    cmd = _specload(
+    assert ctx.loadgen_address is not None
+    write_loadgen_targets(ctx.state_dir, ctx.loadgen_address, {"variant": variant})
+    window = ["--requests", str(requests)] if requests is not None else ["--duration", duration]
+    assert requests is not None or duration is not None
+    return _specload(
         "run",
         "--host",
         ctx.server_url,
         "--variant",
         variant,
+        "--prompts",
+        prompts,
         "--concurrency",
-        args.concurrency,
+        concurrency or args.concurrency,
         "--warmup",
-        args.warmup,
-        "--duration",
-        args.duration,
+        warmup if warmup is not None else args.warmup,
+        *window,
         "--max-tokens",
         str(args.max_tokens),
         "--prompt-seed",
@@ -197,16 +446,18 @@ def _sweep(ctx: DemoContext, variant: str, *extra: str) -> Path:
         "--out",
         str(out),
         "--metrics-address",
-        "off",
+        ctx.loadgen_address,
         "--progress",
-        "auto" if sys.stdout.isatty() else "plain",
+        progress or ("auto" if sys.stdout.isatty() else "plain"),
         *extra,
     )
-    proc = subprocess.Popen(cmd)
+
+
+def _wait_run(proc: subprocess.Popen[Any], what: str, out: Path, ok: tuple[int, ...] = (0,)) -> int:
+    """Wait for a run; Ctrl-C reaches it too (same terminal), SIGTERM to us is passed on."""
     try:
         code = proc.wait()
     except BaseException:
-        # Ctrl-C reached it too (same terminal); SIGTERM to us did not: pass it on.
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
         try:
@@ -215,26 +466,149 @@ def _sweep(ctx: DemoContext, variant: str, *extra: str) -> Path:
             proc.kill()
             proc.wait()
         raise
-    if code != 0:
-        raise UsageError(
-            f"demo: the sweep of {variant} failed (exit {code}); see {out}", exit_code=1
-        )
+    if code not in ok:
+        raise UsageError(f"demo: {what} failed (exit {code}); see {out}", exit_code=1)
+    return code
+
+
+def _sweep(ctx: DemoContext, variant: str, *extra: str) -> Path:
+    out = ctx.out / variant
+    cmd = _run_cmd(
+        ctx,
+        variant,
+        out,
+        prompts="builtin:" + ",".join(REFERENCE_TYPES),
+        duration=ctx.args.duration,
+        extra=extra,
+    )
+    _wait_run(subprocess.Popen(cmd), f"the sweep of {variant}", out)
     ctx.results[variant] = out
     return out
+
+
+def _learn_time_scale(ctx: DemoContext, summary: Mapping[str, Any]) -> None:
+    scale = finite_number(summary.get("server_time_scale"))
+    if scale is not None and scale > 0:
+        ctx.time_scale = scale
+
+
+# --- 2. baseline sweep --------------------------------------------------------------------------
+
+
+def _category_rows(ctx: DemoContext, level: Mapping[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for name in REFERENCE_TYPES:
+        stats = (level.get("categories") or {}).get(name)
+        if not isinstance(stats, dict):
+            continue
+        tpot = finite_number(stats.get("median_tpot_ms"))
+        ttfct = finite_number(stats.get("median_ttfct_ms"))
+        rows.append(
+            {
+                "category": name,
+                "completed": int(stats.get("completed") or 0),
+                "reasoning_truncated": int(stats.get("reasoning_truncated") or 0),
+                "median_tpot_ms": tpot,
+                "ref_median_tpot_ms": ctx.ref_ms(tpot),
+                "reference_deployment_tpot_ms": REFERENCE_TPOT_MS[name],
+                "median_ttfct_ms": ttfct,
+                "ref_median_ttfct_ms": ctx.ref_ms(ttfct),
+            }
+        )
+    return rows
+
+
+def _level_rows(ctx: DemoContext, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for level in summary.get("levels", []):
+        tpot = finite_number(level.get("median_tpot_ms"))
+        thr = finite_number(level.get("output_throughput"))
+        rows.append(
+            {
+                "concurrency": level.get("concurrency"),
+                "completed": int(level.get("completed") or 0),
+                "reasoning_truncated": int(level.get("reasoning_truncated") or 0),
+                "median_tpot_ms": tpot,
+                "ref_median_tpot_ms": ctx.ref_ms(tpot),
+                "output_throughput": thr,
+                "ref_output_throughput": None if thr is None else thr / ctx.scale,
+                "warnings": list(level.get("warnings") or []),
+            }
+        )
+    return rows
+
+
+def _say_answers(ctx: DemoContext, levels: list[dict[str, Any]]) -> dict[str, int]:
+    completed = sum(r["completed"] for r in levels)
+    truncated = sum(r["reasoning_truncated"] for r in levels)
+    ctx.say(
+        f"   {completed - truncated} of {completed} completed requests reached their answer"
+        + (
+            f" ({truncated} ended inside reasoning at max_tokens {ctx.args.max_tokens}; the "
+            "sweep warns after a level where more than 20% do)"
+            if truncated
+            else f" (none ended inside reasoning at max_tokens {ctx.args.max_tokens})"
+        )
+    )
+    return {"completed": completed, "reasoning_truncated": truncated}
+
+
+def _client_metrics_seen(ctx: DemoContext, variant: str) -> float | None:
+    """The run's finished requests as the stack's Prometheus scraped them from the client."""
+    expr = f'sum(max_over_time(specload_client_requests_total{{variant="{variant}"}}[10m]))'
+    value = _wait_for(lambda: ctx.prom.value(expr), timeout_s=5)
+    return finite_number(value)
 
 
 def baseline_sweep(ctx: DemoContext) -> None:
     args = ctx.args
     ctx.say(
-        f"== 2. baseline sweep of {ctx.server_url}: concurrency {args.concurrency}, warm-up "
-        f"{args.warmup}, window {args.duration} per level, max_tokens {args.max_tokens}, "
+        f"== 2. baseline sweep of {ctx.server_url}: the reference's four prompt types "
+        f"({', '.join(REFERENCE_TYPES)}) at max_tokens {args.max_tokens} as it measured them, "
+        f"concurrency {args.concurrency}, warm-up {args.warmup}, window {args.duration} per level; "
         "token ids recorded (tokens.jsonl, for the prediction)"
     )
     from specload.baseline import baseline_from_summary  # noqa: PLC0415
     from specload.results import read_summary  # noqa: PLC0415
 
     out = _sweep(ctx, "baseline", "--record-token-ids")
-    baseline = baseline_from_summary(read_summary(out), str(out))
+    summary = read_summary(out)
+    _learn_time_scale(ctx, summary)
+    levels = _level_rows(ctx, summary)
+    for row in levels:
+        thr, ref_thr = row["output_throughput"], row["ref_output_throughput"]
+        ctx.say(
+            f"   c{row['concurrency']}: median TPOT {ctx.both(row['median_tpot_ms'])}, "
+            + ("" if thr is None else f"{thr:.0f} output tok/s [{ref_thr:.1f} tok/s], ")
+            + f"{row['completed']} requests"
+        )
+    answers = _say_answers(ctx, levels)
+    first: Mapping[str, Any] = next(iter(summary.get("levels", [])), {})
+    categories = _category_rows(ctx, first)
+    ctx.say(
+        f"   per prompt type at concurrency {first.get('concurrency')}, median TPOT [reference "
+        "scale] against the reference deployment's, and time to the first answer token:"
+    )
+    for row in categories:
+        ctx.say(
+            f"     {row['category']:<12} {ctx.both(row['median_tpot_ms'])}, reference "
+            f"{row['reference_deployment_tpot_ms']:.1f} ms; "
+            f"{row['completed'] - row['reasoning_truncated']} of {row['completed']} answered, "
+            f"TTFCT {ctx.both(row['median_ttfct_ms'])}"
+        )
+    ranked = [r for r in categories if r["median_tpot_ms"] is not None]
+    slowest = max(ranked, key=lambda r: r["median_tpot_ms"])["category"] if ranked else None
+    if slowest is not None:
+        ctx.say(
+            f"   {slowest} is the slowest"
+            + (
+                ", as on the reference: its long reasoning chain makes every step attend to a "
+                "longer context"
+                if slowest == "coding"
+                else f" (on the reference: coding, {REFERENCE_TPOT_MS['coding']} ms)"
+            )
+        )
+    baseline = baseline_from_summary(summary, str(out))
     assert ctx.baseline_file is not None
     atomic_write_bytes(ctx.baseline_file, dump_json(baseline))
     ctx.say(
@@ -243,31 +617,88 @@ def baseline_sweep(ctx: DemoContext) -> None:
     )
     expr = f'specload_baseline_tpot_seconds{{variant="{SERVER}",quantile="0.5",category="all"}}'
     seen = _wait_for(lambda: ctx.prom.samples(expr), timeout_s=30)
-    levels = sorted(seen, key=lambda s: float(s[0].get("concurrency") or 0))
+    in_prom = sorted(seen, key=lambda s: float(s[0].get("concurrency") or 0))
     ctx.say(
         "   Prometheus has it: baseline median TPOT "
-        + ", ".join(f"{v * 1000:.2f} ms at concurrency {m.get('concurrency')}" for m, v in levels)
+        + ", ".join(
+            f"{ctx.both(v * 1000)} at concurrency {m.get('concurrency')}" for m, v in in_prom
+        )
+    )
+    client = _client_metrics_seen(ctx, "baseline")
+    ctx.say(
+        "   and the load generator's own metrics (Load test board, reasoning-truncated alert): "
+        + (f"{client:.0f} requests of baseline" if client is not None else "none seen")
     )
     ctx.record(
         "baseline",
         {
             "file": str(ctx.baseline_file),
             "entries": len(baseline["entries"]),
-            "in_prometheus": len(levels),
+            "in_prometheus": len(in_prom),
+            "time_scale": ctx.scale,
+            "levels": levels,
+            "answers": answers,
+            "categories": categories,
+            "slowest_category": slowest,
+            "client_requests_in_prometheus": client,
         },
     )
 
 
-def _wait_for(check: Callable[[], Any], timeout_s: float, every_s: float = 0.25) -> Any:
-    deadline = time.monotonic() + timeout_s
-    result = check()
-    while not result and time.monotonic() < deadline:
-        time.sleep(every_s)
-        result = check()
-    return result
+# --- 3. the fifth prompt ------------------------------------------------------------------------
 
 
-# --- 3. the n-gram variant predicted from the baseline ------------------------------------------
+def fifth_prompt(ctx: DemoContext) -> None:
+    """The reference's fifth prompt at the same budget (while the prediction runs)."""
+    ctx.predict_job = _start_predict(ctx)
+    out = ctx.out / "fifth-prompt"
+    ctx.say(
+        f"== 3. the reference's fifth prompt type, {FIFTH_PROMPT}: {FIFTH_REQUESTS} requests, "
+        f"{FIFTH_CONCURRENCY} at a time, max_tokens {ctx.args.max_tokens} (specload predict "
+        "runs meanwhile)"
+    )
+    cmd = _run_cmd(
+        ctx,
+        "baseline",
+        out,
+        prompts=f"builtin:{FIFTH_PROMPT}",
+        concurrency=str(FIFTH_CONCURRENCY),
+        warmup="0s",
+        requests=FIFTH_REQUESTS,
+        extra=("--no-plots",),
+    )
+    _wait_run(subprocess.Popen(cmd), f"the {FIFTH_PROMPT} run", out)
+    ctx.results["fifth-prompt"] = out
+    from specload.results import read_summary  # noqa: PLC0415
+
+    levels = read_summary(out).get("levels", [])
+    completed = sum(int(lv.get("completed") or 0) for lv in levels)
+    truncated = sum(int(lv.get("reasoning_truncated") or 0) for lv in levels)
+    warnings = [w for lv in levels for w in lv.get("warnings") or []]
+    guard = [w for w in warnings if "ended inside reasoning" in w]
+    ctx.say(
+        f"   {truncated} of {completed} spent all {ctx.args.max_tokens} tokens reasoning and "
+        "produced no answer, as the reference's fifth prompt did: "
+        + (
+            "the sweep's truncation guard said so above (no TTFCT or content tokens measured "
+            "for them; a budget that fits)"
+            if guard
+            else "below the sweep's 20% warning threshold this time"
+        )
+    )
+    ctx.record(
+        "fifth_prompt",
+        {
+            "category": FIFTH_PROMPT,
+            "dir": str(out),
+            "completed": completed,
+            "reasoning_truncated": truncated,
+            "guard_warnings": guard,
+        },
+    )
+
+
+# --- 4. the n-gram variant predicted from the baseline ------------------------------------------
 
 
 def _ngram_preset() -> tuple[int, int, int]:
@@ -278,11 +709,11 @@ def _ngram_preset() -> tuple[int, int, int]:
     return v.num_speculative_tokens, v.prompt_lookup_min, v.prompt_lookup_max
 
 
-def _predict(ctx: DemoContext, measured: Path | None = None) -> dict[str, Any] | str:
+def _start_predict(
+    ctx: DemoContext, measured: Path | None = None
+) -> tuple[subprocess.Popen[str], float]:
     """``specload predict`` of the baseline sweep as the n-gram variant (``--measured``: beside
-    the variant's own sweep), writing ``OUT/prediction``: its JSON, or one line saying why not."""
-    import orjson  # noqa: PLC0415
-
+    the variant's own sweep), writing ``OUT/prediction``, started in the background."""
     k, lo, hi = _ngram_preset()
     cmd = _specload(
         "predict",
@@ -300,25 +731,37 @@ def _predict(ctx: DemoContext, measured: Path | None = None) -> dict[str, Any] |
         str(ctx.out / "prediction"),
         *(("--measured", str(measured)) if measured is not None else ()),
     )
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, time.monotonic()
+
+
+def _finish_predict(job: tuple[subprocess.Popen[str], float]) -> tuple[dict[str, Any] | str, float]:
+    """The prediction's JSON, or one line saying why not; and how long it took."""
+    import orjson  # noqa: PLC0415
+
+    proc, t0 = job
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+        stdout, stderr = proc.communicate(timeout=max(1.0, 120 - (time.monotonic() - t0)))
     except subprocess.TimeoutExpired:
-        return "specload predict did not finish within 120s"
+        proc.kill()
+        proc.communicate()
+        return "specload predict did not finish within 120s", time.monotonic() - t0
+    took_s = time.monotonic() - t0
     if proc.returncode != 0:
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        return f"specload predict failed (exit {proc.returncode}): {lines[-1] if lines else '-'}"
+        lines = [ln for ln in stderr.splitlines() if ln.strip()]
+        error = f"specload predict failed (exit {proc.returncode}): {lines[-1] if lines else '-'}"
+        return error, took_s
     try:
-        data = orjson.loads(proc.stdout)
+        data = orjson.loads(stdout)
     except orjson.JSONDecodeError:
-        return "specload predict printed no JSON"
+        return "specload predict printed no JSON", took_s
     if not isinstance(data, dict) or not isinstance(data.get("levels"), list):
-        return "specload predict printed JSON without levels"
-    return data
+        return "specload predict printed JSON without levels", took_s
+    return data, took_s
 
 
-def _ms(value: Any) -> str:
-    v = finite_number(value)
-    return "-" if v is None else f"{v:.2f} ms"
+def _predict(ctx: DemoContext, measured: Path | None = None) -> dict[str, Any] | str:
+    return _finish_predict(_start_predict(ctx, measured))[0]
 
 
 def _signed_pct(value: Any) -> str:
@@ -326,7 +769,7 @@ def _signed_pct(value: Any) -> str:
     return "-" if v is None else f"{100 * v:+.1f}%"
 
 
-def _change(level: dict[str, Any]) -> str:
+def _change(level: Mapping[str, Any]) -> str:
     """``14% slower`` / ``8% faster`` from the predicted and the baseline median."""
     base, pred = (
         finite_number(level.get("baseline_median_tpot_ms")),
@@ -341,14 +784,13 @@ def _change(level: dict[str, Any]) -> str:
 def predict_variant(ctx: DemoContext) -> None:
     k, lo, hi = _ngram_preset()
     ctx.say(
-        f"== 3. specload predict {ctx.results['baseline']} --method ngram "
+        f"== 4. specload predict {ctx.results['baseline']} --method ngram "
         f"--num-speculative-tokens {k} --prompt-lookup-min {lo} --prompt-lookup-max {hi}: "
         f"the {RELOAD_AS} variant forecast from the baseline sweep alone, before the reload "
         "(~30 min on the reference model)"
     )
-    t0 = time.monotonic()
-    data = _predict(ctx)
-    took_s = time.monotonic() - t0
+    job, ctx.predict_job = ctx.predict_job, None
+    data, took_s = _finish_predict(job or _start_predict(ctx))
     if isinstance(data, str):
         ctx.say(f"   no prediction: {data}; going on without it")
         ctx.record("prediction", {"ok": False, "error": data, "took_s": round(took_s, 1)})
@@ -365,12 +807,14 @@ def predict_variant(ctx: DemoContext) -> None:
             finite_number(lv.get("predicted_high_ms")),
         )
         interval = (
-            "" if low is None or high is None else f"{conf:.0%} interval {low:.2f}..{high:.2f}, "
+            ""
+            if low is None or high is None
+            else f"{conf:.0%} interval {ctx.both(low)}..{ctx.both(high)}, "
         )
         ctx.say(
             f"   n-gram k={k} at concurrency {lv.get('concurrency')}: predicted {_change(lv)} "
-            f"(TPOT {_ms(lv.get('predicted_median_tpot_ms'))}, {interval}vs "
-            f"{_ms(lv.get('baseline_median_tpot_ms'))} measured baseline; speedup "
+            f"(TPOT {ctx.both(lv.get('predicted_median_tpot_ms'))}, {interval}vs "
+            f"{ctx.both(lv.get('baseline_median_tpot_ms'))} measured baseline; speedup "
             f"{'-' if speedup is None else f'{speedup:.3f}x'}, acceptance "
             f"{'-' if acceptance is None else f'{acceptance:.3f}'}): {lv.get('verdict', '-')}"
         )
@@ -400,8 +844,8 @@ def predict_variant(ctx: DemoContext) -> None:
             _change(lv) if lv.get("verdict") != "within noise" else f"within noise ({_change(lv)})"
         )
         figures = (
-            f" (TPOT {_ms(lv.get('predicted_median_tpot_ms'))} vs "
-            f"{_ms(lv.get('baseline_median_tpot_ms'))} measured baseline)"
+            f" (TPOT {ctx.both(lv.get('predicted_median_tpot_ms'))} vs "
+            f"{ctx.both(lv.get('baseline_median_tpot_ms'))} measured baseline)"
             if i == 0
             else ""
         )
@@ -432,7 +876,11 @@ def predict_variant(ctx: DemoContext) -> None:
                         "acceptance_rate",
                     )
                 }
-                | {"extrapolated": bool(lv.get("extrapolated"))}
+                | {
+                    "extrapolated": bool(lv.get("extrapolated")),
+                    "ref_predicted_median_tpot_ms": ctx.ref_ms(lv.get("predicted_median_tpot_ms")),
+                    "ref_baseline_median_tpot_ms": ctx.ref_ms(lv.get("baseline_median_tpot_ms")),
+                }
                 for lv in levels
             ],
             "worth_reload": bool(faster),
@@ -442,7 +890,7 @@ def predict_variant(ctx: DemoContext) -> None:
     )
 
 
-# --- 4. reload watched in Prometheus ------------------------------------------------------------
+# --- 5. reload watched in Prometheus ------------------------------------------------------------
 
 
 def _serving(url: str) -> bool:
@@ -470,15 +918,16 @@ def _watch_line(ctx: DemoContext, t0: float) -> tuple[str, str]:
 def reload_watched(ctx: DemoContext) -> None:
     load_s = ctx.args.load_time_s
     ctx.say(
-        f"== 4. specload stack reload {SERVER} --as {RELOAD_AS}: the server closes its port "
-        f"for {load_s:g}s (vLLM does not listen while it loads), watched in Prometheus"
+        f"== 5. specload stack reload {SERVER} --as {RELOAD_AS}: the server closes its port "
+        f"for {load_s:g}s (vLLM does not listen while it loads; on the reference 25-35 min: "
+        "the load time is wall clock, not on the time scale), watched in Prometheus"
     )
     sel = f'{{variant="{SERVER}"}}'
     reloads_before = ctx.prom.value(f"specload_target_reloads_total{sel}") or 0.0
     code = _stack("reload", SERVER, "--as", RELOAD_AS, "--state-dir", str(ctx.state_dir))
     if code != 0:
         raise UsageError("demo: stack reload failed", exit_code=1)
-    t0 = time.monotonic()
+    t0, t0_wall = time.monotonic(), time.time()
     down_at: float | None = None
     up_at: float | None = None
     seen_loading = False
@@ -526,14 +975,234 @@ def reload_watched(ctx: DemoContext) -> None:
             "recorded_s": recorded,
             "counted": bool(reloads),
             "expected_s": expected,
+            "ready_at": None if up_at is None else t0_wall + (up_at - t0),
         },
     )
 
 
-# --- 5. ngram sweep and comparison --------------------------------------------------------------
+# --- 6. the reloaded server under steady load: the TPOT alert -----------------------------------
 
 
-def _client_acceptance(summary: dict[str, Any]) -> float | None:
+def _tpot_alert(ctx: DemoContext) -> dict[str, Any] | None:
+    try:
+        alerts = ctx.prom.alerts()
+    except (PrometheusError, httpx.HTTPError):
+        return None
+    return next((a for a in alerts if a.get("labels", {}).get("alertname") == TPOT_ALERT), None)
+
+
+def _rfc3339(text: Any) -> float | None:
+    if not isinstance(text, str) or not text:
+        return None
+    head, _, frac = text.rstrip("Z").partition(".")
+    try:
+        whole = datetime.fromisoformat(head + "+00:00").timestamp()
+    except ValueError:
+        return None
+    digits = "".join(ch for ch in frac if ch.isdigit())
+    return whole + (float("0." + digits) if digits else 0.0)
+
+
+def _received_tpot(ctx: DemoContext) -> Notification | None:
+    if ctx.webhook is None:
+        return None
+    for note in ctx.webhook.received():
+        if any(
+            a.get("labels", {}).get("alertname") == TPOT_ALERT and a.get("status") == "firing"
+            for a in note.alerts()
+        ):
+            return note
+    return None
+
+
+def _signals(ctx: DemoContext) -> dict[str, float | None]:
+    sel = f'{{variant="{SERVER}"}}'
+    reload = f"max(max_over_time(specload_target_reload_in_progress{sel}[{DEMO.window}]))"
+    return {
+        "reloading": ctx.prom.value(reload),
+        "ratio": ctx.prom.value(f"variant_model:specload_tpot_seconds:baseline_ratio_5m{sel}"),
+        "load": ctx.prom.value(f"variant_model:specload_load_concurrency:avg5m{sel}"),
+        "requests": ctx.prom.value(f"variant_model:specload_requests_completed:increase5m{sel}"),
+    }
+
+
+def _stop_run(proc: subprocess.Popen[Any]) -> int:
+    """Stop a run as Ctrl-C would (it keeps what it measured)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        return proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def alert_under_load(ctx: DemoContext) -> None:
+    levels = [int(c) for c in str(ctx.args.concurrency).split(",") if c.strip()]
+    users = max(levels)
+    scale = ctx.scale
+    window_s, for_s = duration_s(DEMO.window), duration_s(DEMO.for_regression)
+    ctx.say(
+        f"== 6. the reloaded server under steady load, {users} users as in production: "
+        f"{TPOT_ALERT} judges its median TPOT against the baseline at the same load — "
+        f"demo profile: silent {DEMO.window} after a reload, then pending, firing after "
+        f"{DEMO.for_regression} [{for_s * scale / 60:g} min], delivered by Alertmanager after "
+        "its group_wait (30s, wall clock)"
+    )
+    out = ctx.out / "ngram-steady"
+    cmd = _run_cmd(
+        ctx,
+        RELOAD_AS,
+        out,
+        prompts="builtin:" + ",".join(REFERENCE_TYPES),
+        concurrency=str(users),
+        warmup="0s",
+        duration=f"{ALERT_TIMEOUT_S + 30:g}s",
+        extra=("--no-plots",),
+        progress="plain",
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    log: IO[bytes] = (ctx.state_dir / "logs" / "ngram-steady.log").open("wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    t0_wall, t0 = time.time(), time.monotonic()
+    pending_at = firing_at = None
+    active_at: float | None = None
+    received: Notification | None = None
+    last_status = -math.inf
+    margin = 1 + (ctx.prom.value("specload:tpot_regression_margin:ratio") or 0.10)
+    minimum = ctx.prom.value("specload:min_requests_to_judge:count") or 20
+
+    def t(at: float | None) -> str:
+        return "-" if at is None else f"t+{at - t0_wall:5.1f}s"
+
+    try:
+        while time.monotonic() - t0 < ALERT_TIMEOUT_S and proc.poll() is None:
+            now = time.time()
+            alert = _tpot_alert(ctx)
+            state = alert.get("state") if alert else None
+            if state in ("pending", "firing") and pending_at is None:
+                assert alert is not None
+                pending_at, active_at = now, _rfc3339(alert.get("activeAt"))
+                ctx.say(
+                    f'   {t(now)}  {TPOT_ALERT}{{variant="{SERVER}"}} pending (active since '
+                    f"{_stamp(active_at)}): median TPOT {float(alert.get('value') or 0):.2f}x "
+                    f"the baseline at this load, threshold {margin:.2f}x"
+                )
+            elif state is None and pending_at is not None and firing_at is None:
+                ctx.say(f"   {t(now)}  {TPOT_ALERT} inactive again: watching on")
+                pending_at = active_at = None
+            if state == "firing" and firing_at is None:
+                firing_at = now
+                ctx.say(
+                    f"   {t(now)}  {TPOT_ALERT} firing: sent to Alertmanager, which holds "
+                    "it for its group_wait"
+                )
+            received = _received_tpot(ctx)
+            if received is not None:
+                ctx.say(
+                    f"   {t(received.received_at)}  the webhook received it "
+                    f"({ctx.webhook.url if ctx.webhook else '-'})"
+                )
+                break
+            if now - last_status >= 5:
+                sig = _signals(ctx)
+                ratio, load, requests = sig["ratio"], sig["load"], sig["requests"]
+                silent = f" (silent: the reload is in the last {DEMO.window})"
+                ctx.say(
+                    f"   {t(now)}  ratio "
+                    f"{'-' if ratio is None else f'{ratio:.2f}x'}, load "
+                    f"{'-' if load is None else f'{load:.1f}'} in flight, "
+                    f"{'-' if requests is None else f'{requests:.0f}'} requests in {DEMO.window} "
+                    f"(>= {minimum:.0f} to judge): {state or 'inactive'}"
+                    + (silent if state is None and (sig["reloading"] or 0) > 0 else "")
+                )
+                last_status = now
+            time.sleep(0.5)
+    finally:
+        code = _stop_run(proc)
+        log.close()
+    notes = ctx.webhook.received() if ctx.webhook else []
+    delivered = [
+        {
+            "received_at": n.received_at,
+            "status": n.payload.get("status"),
+            "group_labels": n.payload.get("groupLabels"),
+            "alerts": [
+                {
+                    "alertname": a.get("labels", {}).get("alertname"),
+                    "status": a.get("status"),
+                    "labels": a.get("labels"),
+                    "summary": (a.get("annotations") or {}).get("summary"),
+                    "description": (a.get("annotations") or {}).get("description"),
+                }
+                for a in n.alerts()
+            ],
+        }
+        for n in notes
+    ]
+    served = ctx.prom.samples(f'specload_variant_info{{variant="{SERVER}"}}')
+    method = served[0][0].get("method") if served else None
+    if received is not None:
+        alert = next(a for a in received.alerts() if a.get("labels", {}).get("alertname"))
+        labels = alert.get("labels", {})
+        ctx.say(
+            f'   {TPOT_ALERT}{{variant="{labels.get("variant")}", model="{labels.get("model")}'
+            f'", severity="{labels.get("severity")}"}}: '
+            + " ".join(str((alert.get("annotations") or {}).get("description", "")).split())
+        )
+        ctx.say(
+            f'   variant="{SERVER}" is the server\'s name in Prometheus, kept through the '
+            f"reload; it serves {method or RELOAD_AS} now (specload_variant_info method="
+            f"{method or '-'}): the deployment is slower than its own baseline since the reload"
+        )
+    elif code not in (0, 130):
+        raise UsageError(
+            f"demo: the steady {RELOAD_AS} load failed (exit {code}); see "
+            f"{ctx.state_dir / 'logs' / 'ngram-steady.log'}",
+            exit_code=1,
+        )
+    else:
+        listening = (ctx.facts.get("stack") or {}).get("webhook_listening")
+        ctx.say(
+            f"   the webhook received no {TPOT_ALERT} within {ALERT_TIMEOUT_S:g}s"
+            + ("" if listening else " (the demo could not listen: see stage 1)")
+        )
+    timeline = {
+        "pending_at": active_at if active_at is not None else pending_at,
+        "pending_seen_at": pending_at,
+        "firing_at": firing_at,
+        "received_at": None if received is None else received.received_at,
+    }
+    if timeline["pending_at"] and firing_at and received:
+        ctx.say(
+            f"   pending {_stamp(timeline['pending_at'])} -> firing {_stamp(firing_at)} "
+            f"({firing_at - timeline['pending_at']:.1f}s "
+            f"[{(firing_at - timeline['pending_at']) * scale / 60:.1f} min]) -> webhook "
+            f"{_stamp(received.received_at)} ({received.received_at - firing_at:.1f}s later); "
+            f"{window_s * scale / 60:g}-minute windows on the reference clock"
+        )
+    ctx.record(
+        "alert",
+        {
+            "alertname": TPOT_ALERT,
+            "load_started_at": t0_wall,
+            **timeline,
+            "served_method": method,
+            "webhook": delivered,
+            "run": str(out),
+            "run_exit": code,
+            "users": users,
+            "window_s": window_s,
+            "for_s": for_s,
+        },
+    )
+    ctx.results["ngram-steady"] = out
+
+
+# --- 7. ngram sweep and comparison --------------------------------------------------------------
+
+
+def _client_acceptance(summary: Mapping[str, Any]) -> float | None:
     accepted = drafted = 0.0
     for level in summary.get("levels", []):
         server = level.get("server") or {}
@@ -546,29 +1215,84 @@ def _client_acceptance(summary: dict[str, Any]) -> float | None:
     return accepted / drafted if drafted else None
 
 
+def _write_report(ctx: DemoContext, cmp_dir: Path) -> Path:
+    """``specload compare`` (the report: comparison.md, and comparison.html where it writes
+    one; plots), its output kept in ``compare.log``; comparison.html when there is one."""
+    from specload.compare import cli as compare_cli  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="specload compare")
+    compare_cli.add_arguments(parser)
+    args = parser.parse_args(
+        [str(ctx.results[v]) for v in VARIANTS] + ["--out", str(cmp_dir), "--json"]
+    )
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+            compare_cli.run(args)
+    except (UsageError, OSError) as exc:
+        buffer.write(f"specload compare failed: {exc}\n")
+    (cmp_dir / "compare.log").write_text(buffer.getvalue(), encoding="utf-8")
+    html = cmp_dir / "comparison.html"
+    return html if html.exists() else cmp_dir / "comparison.md"
+
+
 def ngram_sweep_and_compare(ctx: DemoContext) -> None:
     ctx.say(
-        f"== 5. {RELOAD_AS} sweep of the same server, then the comparison "
+        f"== 7. {RELOAD_AS} sweep of the same server, then the comparison "
         "(95% bootstrap confidence intervals)"
     )
     out = _sweep(ctx, RELOAD_AS)
     from specload.compare.model import compare_runs, load_run  # noqa: PLC0415 (numpy)
-    from specload.compare.plots import write_comparison_plots  # noqa: PLC0415 (matplotlib)
     from specload.compare.report import comparison_markdown, headline  # noqa: PLC0415
     from specload.results import read_summary  # noqa: PLC0415
     from specload.results.writer import atomic_write_text  # noqa: PLC0415
 
+    summary = read_summary(out)
+    levels = _level_rows(ctx, summary)
+    _say_answers(ctx, levels)
     runs = [load_run(ctx.results[v]) for v in VARIANTS]
     comp = compare_runs(runs)
     cmp_dir = ctx.out / "comparison"
     cmp_dir.mkdir(exist_ok=True)
-    atomic_write_text(cmp_dir / "comparison.md", comparison_markdown(comp))
-    write_comparison_plots(runs, cmp_dir)
+    report = _write_report(ctx, cmp_dir)
+    if not (cmp_dir / "comparison.md").exists():
+        atomic_write_text(cmp_dir / "comparison.md", comparison_markdown(comp))
+        report = cmp_dir / "comparison.md"
     ctx.comparison = cmp_dir
     lines = headline(comp)
     for line in lines:
         ctx.say("   " + line)
-    client = _client_acceptance(read_summary(out))
+    rows_tpot: list[dict[str, Any]] = []
+    for level in comp.levels:
+        cell = level.cells.get(("all", "tpot"))
+        if cell is None:
+            continue
+        diff = cell.diffs[1]
+        load = finite_number(level.load)
+        rows_tpot.append(
+            {
+                "concurrency": int(load) if load is not None and load.is_integer() else load,
+                "baseline_median_tpot_ms": cell.values[0],
+                "ngram_median_tpot_ms": cell.values[1],
+                "ref_baseline_median_tpot_ms": ctx.ref_ms(cell.values[0]),
+                "ref_ngram_median_tpot_ms": ctx.ref_ms(cell.values[1]),
+                "rel": None if diff is None else diff.rel,
+                "ci_low": None if diff is None else diff.ci_low,
+                "ci_high": None if diff is None else diff.ci_high,
+                "verdict": cell.verdicts[1],
+            }
+        )
+    ctx.say(
+        "   on the reference scale: "
+        + "; ".join(
+            f"c{v['concurrency']} {_time(finite_number(v['ref_baseline_median_tpot_ms']))} -> "
+            f"{_time(finite_number(v['ref_ngram_median_tpot_ms']))}"
+            for v in rows_tpot
+        )
+    )
+    for warning in comp.warnings:
+        ctx.say(f"   specload compare: warning: {' '.join(warning.split())}")
+    client = _client_acceptance(summary)
     prom = ctx.prom.value(
         f'specload_spec_decode_acceptance_ratio{{variant="{SERVER}",window="lifetime"}}'
     )
@@ -581,18 +1305,23 @@ def ngram_sweep_and_compare(ctx: DemoContext) -> None:
         "comparison",
         {
             "dir": str(cmp_dir),
+            "report": str(report),
             "headline": lines,
+            "warnings": comp.warnings,
+            "levels": rows_tpot,
+            "ngram_levels": levels,
             "acceptance_client": client,
             "acceptance_prometheus": prom,
+            "client_requests_in_prometheus": _client_metrics_seen(ctx, RELOAD_AS),
         },
     )
     predicted_against_measured(ctx, out)
 
 
 def predicted_against_measured(ctx: DemoContext, measured: Path) -> None:
-    """Stage 3's prediction beside the sweep just measured (``specload predict --measured``)."""
+    """Stage 4's prediction beside the sweep just measured (``specload predict --measured``)."""
     ctx.say(
-        f"   predicted (stage 3, from the baseline alone) against measured ({RELOAD_AS} sweep), "
+        f"   predicted (stage 4, from the baseline alone) against measured ({RELOAD_AS} sweep), "
         "median TPOT per level:"
     )
     data = _predict(ctx, measured=measured)
@@ -620,8 +1349,9 @@ def predicted_against_measured(ctx: DemoContext, measured: Path) -> None:
     ]
     for row in levels:
         ctx.say(
-            f"   c{row['concurrency']}: predicted {_ms(row['predicted_median_tpot_ms'])}, "
-            f"measured {_ms(row['measured_median_tpot_ms'])} ({_signed_pct(row['error_ratio'])}"
+            f"   c{row['concurrency']}: predicted {ctx.both(row['predicted_median_tpot_ms'])}, "
+            f"measured {ctx.both(row['measured_median_tpot_ms'])} "
+            f"({_signed_pct(row['error_ratio'])}"
             f"{', inside the interval' if row['within_interval'] else ''})"
         )
     totals = versus.get("totals") if isinstance(versus.get("totals"), dict) else {}
@@ -655,7 +1385,7 @@ def predicted_against_measured(ctx: DemoContext, measured: Path) -> None:
     )
 
 
-# --- 6. alerts ----------------------------------------------------------------------------------
+# --- 8. alerts ----------------------------------------------------------------------------------
 
 
 def _ratios_per_level(ctx: DemoContext) -> list[dict[str, Any]]:
@@ -682,7 +1412,7 @@ def _ratios_per_level(ctx: DemoContext) -> list[dict[str, Any]]:
 
 
 def alert_state(ctx: DemoContext) -> None:
-    ctx.say("== 6. alert state (Prometheus rules and Alertmanager)")
+    ctx.say("== 8. alert state (Prometheus rules, Alertmanager, the webhook)")
     rules = ctx.prom.alert_rules()
     by_state: dict[str, list[str]] = {}
     for alert in rules:
@@ -691,14 +1421,21 @@ def alert_state(ctx: DemoContext) -> None:
         names = by_state.get(state, [])
         ctx.say(f"   {state:<8} {len(names)}: {', '.join(sorted(names)) or '-'}")
     am_url = ctx.stack["alertmanager"]["url"]
-    received = httpx.get(f"{am_url}/api/v2/alerts", timeout=5).json()
+    held = httpx.get(f"{am_url}/api/v2/alerts", timeout=5).json()
     ctx.say(
-        f"   Alertmanager ({am_url}) holds {len(received)} alert(s)"
-        + (
-            ": " + ", ".join(a["labels"].get("alertname", "?") for a in received)
-            if received
-            else ""
-        )
+        f"   Alertmanager ({am_url}) holds {len(held)} alert(s)"
+        + (": " + ", ".join(a["labels"].get("alertname", "?") for a in held) if held else "")
+    )
+    notes = ctx.webhook.received() if ctx.webhook else []
+    delivered = [
+        f'{a.get("labels", {}).get("alertname")}{{variant="{a.get("labels", {}).get("variant")}'
+        f'"}} {a.get("status")}'
+        for n in notes
+        for a in n.alerts()
+    ]
+    ctx.say(
+        f"   the webhook received {len(notes)} notification(s)"
+        + (": " + ", ".join(delivered) if delivered else "")
     )
     margin = ctx.prom.value("specload:tpot_regression_margin:ratio") or 0.10
     rows = _ratios_per_level(ctx)
@@ -706,46 +1443,23 @@ def alert_state(ctx: DemoContext) -> None:
         ratio = row["ratio"]
         verdict = "-" if ratio is None else ("above" if ratio > 1 + margin else "below")
         ctx.say(
-            f"   TPOT of '{SERVER}' (now {RELOAD_AS}) / its baseline at concurrency "
-            f"{row['concurrency']}: {'-' if ratio is None else f'{ratio:.2f}x'} "
+            f"   TPOT of '{SERVER}' (now {RELOAD_AS}) / its baseline over the sweep's level "
+            f"c{row['concurrency']}: {'-' if ratio is None else f'{ratio:.2f}x'} "
             f"({verdict} the alert's threshold {1 + margin:.2f}x)"
         )
-    rule: dict[str, Any] | None = next(
-        (r for r in rules if r.get("name") == "SpecloadTPOTRegression"), None
-    )
-    rule_ratio = ctx.prom.value(
-        f'variant_model:specload_tpot_seconds:baseline_ratio_5m{{variant="{SERVER}"}}'
-    )
-    load = ctx.prom.value(f'variant_model:specload_load_concurrency:avg5m{{variant="{SERVER}"}}')
-    if rule_ratio is not None:
-        now = f"now {rule_ratio:.2f}x"
-    elif load is not None:
-        now = f"no value now: the 5m average load, {load:.1f} in flight, matches no baseline level"
-    else:
-        now = "no value now"
-    hold_s = float(rule.get("duration", 600)) if rule else 600.0
-    ctx.say(
-        f"   SpecloadTPOTRegression is {rule.get('state') if rule else 'not loaded'}: it judges "
-        "this ratio over 5m windows at the load-matched baseline level (recording rule "
-        f"variant_model:specload_tpot_seconds:baseline_ratio_5m, {now}), stays silent for 5m "
-        f"after a reload, and the ratio must stay above {1 + margin:.2f}x for {hold_s / 60:g}m: "
-        f"under steady {RELOAD_AS} load at a swept level it fires about {5 + hold_s / 60:g} min "
-        "after the reload, longer than this demo"
-    )
     ctx.record(
         "alerts",
         {
             "rules": by_state,
-            "alertmanager": len(received),
+            "alertmanager": len(held),
+            "webhook_notifications": len(notes),
+            "webhook_alerts": delivered,
             "tpot_ratio_per_level": rows,
-            "tpot_ratio_5m_rule": rule_ratio,
-            "load_concurrency_5m": load,
-            "regression_state": rule.get("state") if rule else None,
         },
     )
 
 
-# --- 7. down, and where things are --------------------------------------------------------------
+# --- 9. down, verdicts, and where things are ----------------------------------------------------
 
 
 def stack_down(ctx: DemoContext) -> None:
@@ -755,7 +1469,7 @@ def stack_down(ctx: DemoContext) -> None:
             ctx.prometheus.close()
         ctx.record("stack_down", False)
         prom = ctx.stack["prometheus"]["url"]
-        ctx.say("== 7. the stack keeps running (--keep-stack)")
+        ctx.say("== 9. the stack keeps running (--keep-stack)")
         ctx.say(
             f"   Prometheus {prom}/graph  (alerts {prom}/alerts, targets {prom}/targets); "
             f"Alertmanager {ctx.stack['alertmanager']['url']}"
@@ -766,11 +1480,17 @@ def stack_down(ctx: DemoContext) -> None:
         )
         ctx.say(f"   stop it with: specload stack down --state-dir {ctx.state_dir}")
         return
-    ctx.say("== 7. specload stack down")
+    ctx.say("== 9. specload stack down")
     _down(ctx)
 
 
 def _down(ctx: DemoContext) -> None:
+    if ctx.webhook is not None:
+        ctx.webhook.stop()
+    if ctx.predict_job is not None:
+        ctx.predict_job[0].kill()
+        ctx.predict_job[0].communicate()
+        ctx.predict_job = None
     if not ctx.stack_running:
         return
     ctx.stack_running = False
@@ -780,13 +1500,63 @@ def _down(ctx: DemoContext) -> None:
     ctx.record("stack_down", True)
 
 
-def tell_where(ctx: DemoContext) -> None:
-    ctx.say("== results")
-    for variant, path in ctx.results.items():
-        ctx.say(
-            f"   {variant}: {path}/summary.md, summary.json, requests.jsonl, tpot.png, "
-            "throughput.png"
+def _pct(rel: Any) -> str:
+    v = finite_number(rel)
+    return "-" if v is None else f"{abs(v):.0%} {'slower' if v > 0 else 'faster'}"
+
+
+def verdicts(ctx: DemoContext) -> None:
+    """One short verdict per variant, where the report is."""
+    ctx.say("== verdict")
+    comp = ctx.facts.get("comparison") or {}
+    rows = [r for r in comp.get("levels") or [] if isinstance(r, dict)]
+    slower = bool(rows) and all(
+        (finite_number(r.get("ci_low")) or 0) > 0 and r.get("verdict") == "slower" for r in rows
+    )
+    lines: dict[str, str] = {}
+    base = [r for r in (ctx.facts.get("baseline") or {}).get("levels") or [] if r]
+    if base:
+        figures = ", ".join(
+            f"{_time(finite_number(r['ref_median_tpot_ms']))} at concurrency {r['concurrency']}"
+            for r in base
         )
+        lines["baseline"] = (
+            f"baseline: median TPOT {figures} on the reference scale (the reference deployment: "
+            f"~13.6 ms single stream)" + (": keep it" if slower else "")
+        )
+    if rows:
+        pred = ctx.facts.get("prediction") or {}
+        measured = ", ".join(
+            f"{_pct(r.get('rel'))} at {'concurrency ' if i == 0 else ''}{r['concurrency']}"
+            for i, r in enumerate(rows)
+        )
+        alert = ctx.facts.get("alert") or {}
+        predicted = ""
+        if pred.get("ok"):
+            predicted = (
+                ", as predicted before the reload"
+                if (not pred.get("worth_reload")) == slower
+                else f"; predicted before the reload: {pred.get('decision')}"
+            )
+        lines["ngram"] = (
+            f"ngram (k={pred.get('num_speculative_tokens', '?')}): {measured}"
+            + (" (95% intervals above zero)" if slower else "")
+            + predicted
+            + ("; the TPOT alert fired and reached the webhook" if alert.get("received_at") else "")
+            + (": not worth a 30-minute reload" if slower else "")
+        )
+    for line in lines.values():
+        ctx.say("   " + line)
+    report = comp.get("report")
+    if report:
+        ctx.say(f"   report: {report}")
+    ctx.record("verdicts", lines)
+    tell_where(ctx)
+
+
+def tell_where(ctx: DemoContext) -> None:
+    for variant, path in ctx.results.items():
+        ctx.say(f"   {variant}: {path}/summary.md, summary.json, requests.jsonl")
     if ctx.baseline_file is not None and ctx.baseline_file.exists():
         ctx.say(f"   baseline for the exporter and alerts: {ctx.baseline_file}")
     prediction = ctx.out / "prediction"
@@ -796,32 +1566,31 @@ def tell_where(ctx: DemoContext) -> None:
             f"   prediction: {prediction}/prediction.md, prediction.json, prediction.png"
             + (f" (with the measured {RELOAD_AS} sweep beside it)" if versus else "")
         )
-    if ctx.comparison is not None:
-        ctx.say(
-            f"   comparison: {ctx.comparison}/comparison.md, compare_tpot.png, "
-            "compare_throughput.png"
-        )
     ctx.say(f"   the story's facts: {ctx.out / 'demo.json'}; stack logs: {ctx.state_dir / 'logs'}")
     if not ctx.args.keep_stack:
-        ctx.say("   to look around in Prometheus afterwards: specload demo --keep-stack")
+        ctx.say(
+            "   to look around in Prometheus and Grafana afterwards: specload demo --keep-stack"
+        )
 
 
 STAGES: list[Stage] = [
     stack_up,
     baseline_sweep,
+    fifth_prompt,
     predict_variant,
     reload_watched,
+    alert_under_load,
     ngram_sweep_and_compare,
     alert_state,
     stack_down,
-    tell_where,
+    verdicts,
 ]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     def default(key: str) -> str:
         normal, quick = DEFAULTS[key]
-        return f"default {normal}; --quick {quick}"
+        return f"default {normal}" + ("" if quick == normal else f"; --quick {quick}")
 
     parser.add_argument(
         "--out",
@@ -832,7 +1601,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="a short run (about a minute) with the same story, for tests",
+        help="shorter sweeps (about 3 minutes in all) with the same story, for tests",
     )
     parser.add_argument(
         "--keep-stack",
@@ -844,13 +1613,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", help=f"warm-up per level ({default('warmup')})")
     parser.add_argument("--duration", help=f"measured window per level ({default('duration')})")
     parser.add_argument(
-        "--max-tokens", type=int, help=f"max_tokens per request ({default('max_tokens')})"
+        "--max-tokens",
+        type=int,
+        help=f"max_tokens per request ({default('max_tokens')}, as the reference measured)",
     )
     parser.add_argument(
         "--time-scale",
         type=float,
-        help="run the simulated server this many times faster, ratios kept "
-        f"({default('time_scale')})",
+        help="run the simulated server this many times faster than the reference deployment, "
+        f"ratios kept ({default('time_scale')}: the demo profile's clock)",
     )
     parser.add_argument(
         "--load-time", help=f"the simulated (re)load time, wall clock ({default('load_time')})"
@@ -892,7 +1663,16 @@ def _resolve(args: argparse.Namespace) -> None:
     )
 
 
-OUTPUTS = ("baseline", "prediction", "ngram", "comparison", "stack", "demo.json")
+OUTPUTS = (
+    "baseline",
+    "fifth-prompt",
+    "prediction",
+    "ngram-steady",
+    "ngram",
+    "comparison",
+    "stack",
+    "demo.json",
+)
 
 
 def _clear_previous(out: Path) -> None:
@@ -925,6 +1705,10 @@ def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def _minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {seconds % 60:02.0f} s"
+
+
 def run(args: argparse.Namespace) -> int:
     _resolve(args)
     out = prepare_out_dir(args.out).resolve()
@@ -946,7 +1730,7 @@ def run(args: argparse.Namespace) -> int:
             signal.signal(signal.SIGTERM, previous)
     wall_s = time.monotonic() - ctx.started
     ctx.record("wall_s", round(wall_s, 1))
-    ctx.say(f"demo {'done' if code == 0 else 'stopped'} in {wall_s:.0f}s")
+    ctx.say(f"demo {'done' if code == 0 else 'stopped'} in {_minutes(wall_s)} (wall time)")
     return code
 
 

@@ -4,6 +4,11 @@ Prometheus gets the repo's ``deploy/prometheus/prometheus.yml`` with three
 changes: rule files by absolute path (the repo's rules and alerts), the stack's
 Alertmanager, and each job's file-based target list pointed at
 ``<state>/prometheus/targets/<job>.yml``, which lists the stack's ports.
+
+A running stack's Prometheus can be pointed at another profile of the rules
+(:func:`use_rule_profile`, :mod:`specload.stack.rules`: the demo's) and at a load
+generator started outside the stack (:func:`write_loadgen_targets`); Prometheus
+re-reads target lists by itself and its config on ``POST /-/reload``.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import yaml
 
 from specload.errors import UsageError
 from specload.stack.plan import HOST, Plan
+from specload.stack.rules import Profile
 
 #: Which part kind serves each job of the repo's Prometheus config.
 JOB_KINDS = {"vllm": "sim", "specload-exporter": "exporter", "specload-loadgen": "locust-master"}
@@ -124,3 +130,41 @@ def write_configs(plan: Plan) -> None:
             )
     write_atomic(state / "exporter.yaml", yaml.safe_dump(exporter_config(plan), sort_keys=False))
     (state / "logs").mkdir(parents=True, exist_ok=True)
+
+
+def _prometheus_yml(state_dir: Path) -> Path:
+    return state_dir / "prometheus" / "prometheus.yml"
+
+
+def use_rule_profile(state_dir: Path, repo: Path, profile: Profile) -> list[str]:
+    """Point the stack's Prometheus config at ``profile``'s rule and alert files in ``repo``
+    (the production profile is what ``write_configs`` wrote); Prometheus applies it on
+    ``POST /-/reload``. Returns the rule-file patterns now configured."""
+    path = _prometheus_yml(state_dir)
+    config = load_yaml(path)
+    if not isinstance(config, dict):
+        raise UsageError(f"{path}: not a Prometheus config")
+    base = repo / "deploy" / "prometheus" / profile.folder
+    patterns = [str(base / "rules" / "*.rules.yml"), str(base / "alerts" / "*.alerts.yml")]
+    config["rule_files"] = patterns
+    write_atomic(path, yaml.safe_dump(config, sort_keys=False))
+    return patterns
+
+
+def write_loadgen_targets(
+    state_dir: Path, address: str | None, labels: dict[str, str] | None = None
+) -> None:
+    """The stack's ``specload-loadgen`` target list: one load generator serving its client
+    metrics at ``address`` (``HOST:PORT``; None: none). ``labels`` name the series that have
+    no such label of their own (the job honours the client's labels: a ``variant`` here names
+    only the users gauge)."""
+    entries: list[dict[str, Any]] = []
+    if address is not None:
+        entry: dict[str, Any] = {"targets": [address]}
+        if labels:
+            entry["labels"] = dict(labels)
+        entries.append(entry)
+    write_atomic(
+        state_dir / "prometheus" / "targets" / "specload-loadgen.yml",
+        yaml.safe_dump(entries, sort_keys=False),
+    )

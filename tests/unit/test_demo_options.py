@@ -14,6 +14,7 @@ from specload.errors import UsageError
 from specload.stack import cli as stack_cli
 from specload.stack.configs import exporter_config
 from specload.stack.plan import StackOptions, build_plan
+from specload.stack.rules import DEMO_TIME_SCALE
 
 pytestmark = pytest.mark.unit
 
@@ -30,20 +31,18 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_defaults_quick_mode_and_explicit_options_win() -> None:
     normal = parse()
-    assert (normal.concurrency, normal.duration, normal.time_scale, normal.load_time_s) == (
-        "1,4,16",
-        "20s",
-        2.0,
-        12.0,
-    )
+    # the reference's budget, on the clock the demo profile of the rules is made for
+    assert (normal.concurrency, normal.duration, normal.max_tokens) == ("1,4", "20s", 4096)
+    assert (normal.time_scale, normal.load_time_s) == (DEMO_TIME_SCALE, 8.0)
     quick = parse("--quick")
     assert (quick.concurrency, quick.duration, quick.max_tokens, quick.load_time_s) == (
         "1,4",
-        "4s",
-        48,
-        4.0,
+        "10s",
+        4096,
+        3.0,
     )
-    assert quick.scrape_interval == "500ms"
+    assert quick.time_scale == DEMO_TIME_SCALE
+    assert quick.scrape_interval == "1s"
     mixed = parse("--quick", "--duration", "30s", "--load-time", "2s")
     assert (mixed.duration, mixed.load_time_s, mixed.concurrency) == ("30s", 2.0, "1,4")
 
@@ -93,7 +92,7 @@ def test_stack_up_baseline_reaches_the_exporter_config(tmp_path: Path) -> None:
 
 def test_a_previous_demo_is_cleared_and_foreign_results_are_refused(tmp_path: Path) -> None:
     previous = tmp_path / "previous"
-    for name in ("baseline", "ngram", "stack/logs"):
+    for name in ("baseline", "fifth-prompt", "ngram-steady", "ngram", "stack/logs"):
         (previous / name).mkdir(parents=True)
     (previous / "baseline" / "requests.jsonl").write_text("{}\n")
     (previous / "demo.json").write_text("{}")
