@@ -143,21 +143,23 @@ def _measured_level(run: Run, concurrency: Any) -> Mapping[str, Any] | None:
     return None
 
 
+def _server_else_client(level: Mapping[str, Any], server_key: str, client_key: str) -> float | None:
+    """A level's figure from the server's counters, else from the client's requests."""
+    value = finite_number((level.get("server") or {}).get(server_key))
+    if value is None:
+        value = finite_number((level.get("spec_decode") or {}).get(client_key))
+    return value
+
+
 def measured_acceptance(level: Mapping[str, Any]) -> float | None:
     """The level's acceptance rate: the server's counters, else the client's requests."""
-    server = level.get("server") or {}
-    rate = finite_number(server.get("spec_decode_acceptance_rate"))
-    if rate is None:
-        rate = finite_number((level.get("spec_decode") or {}).get("acceptance_rate"))
-    return rate
+    return _server_else_client(level, "spec_decode_acceptance_rate", "acceptance_rate")
 
 
 def measured_acceptance_length(level: Mapping[str, Any]) -> float | None:
-    server = level.get("server") or {}
-    length = finite_number(server.get("spec_decode_mean_acceptance_length"))
-    if length is None:
-        length = finite_number((level.get("spec_decode") or {}).get("mean_acceptance_length"))
-    return length
+    return _server_else_client(
+        level, "spec_decode_mean_acceptance_length", "mean_acceptance_length"
+    )
 
 
 @dataclass(frozen=True)
