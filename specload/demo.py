@@ -40,7 +40,6 @@ import json
 import math
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -62,6 +61,7 @@ from specload.promapi import PrometheusAPI, PrometheusError
 from specload.results.aggregate import finite_number, level_window
 from specload.results.writer import atomic_write_bytes, dump_json, prepare_out_dir
 from specload.stack.rules import DEMO, DEMO_TIME_SCALE, duration_s
+from specload.sweep.ports import free_port
 
 #: The stack's one server: it starts as ``baseline`` and is reloaded into ``ngram``.
 SERVER = "baseline"
@@ -261,12 +261,6 @@ def _stack(*argv: str) -> int:
     return stack_cli.run(parser.parse_args(list(argv)))
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
-
-
 def _wait_for(check: Callable[[], Any], timeout_s: float, every_s: float = 0.25) -> Any:
     deadline = time.monotonic() + timeout_s
     result = check()
@@ -320,7 +314,7 @@ def stack_up(ctx: DemoContext) -> None:
     repo = find_repo()
     ctx.webhook = WebhookReceiver(_webhook_url(repo))
     busy = ctx.webhook.start()
-    ctx.loadgen_address = f"{HOST}:{_free_port()}"
+    ctx.loadgen_address = f"{HOST}:{free_port(HOST)}"
     ctx.baseline_file = ctx.out / "baseline" / "baseline.json"
     ctx.stack_running = True  # from here on, a failure or Ctrl-C runs `stack down`
     try:

@@ -14,7 +14,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from specload.compare.options import add_verdict_options, check_verdict_options
+from specload.compare.options import (
+    add_verdict_options,
+    check_verdict_options,
+    verdict_kwargs,
+)
 from specload.errors import UsageError
 from specload.results.writer import (
     atomic_write_bytes,
@@ -79,15 +83,7 @@ def run(args: argparse.Namespace) -> int:
     runs = [load_run(d) for d in args.dirs]
     for index, path in chosen.items():
         runs[index].profile = read_profile(path)
-    comp = compare_runs(
-        runs,
-        n_boot=args.bootstrap,
-        confidence=args.confidence,
-        min_difference=args.min_difference / 100.0,
-        min_n=min_n,
-        strict=args.strict,
-        allow_incomplete=args.allow_incomplete,
-    )
+    comp = compare_runs(runs, **verdict_kwargs(args, min_n), strict=args.strict)
     for warning in comp.warnings:
         print(f"specload compare: warning: {' '.join(warning.split())}", file=sys.stderr)
     text = comparison_markdown(comp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
 
 from specload.errors import UsageError
 
@@ -66,3 +67,14 @@ def check_verdict_options(args: argparse.Namespace) -> int:
     if min_n < 2:
         raise UsageError(f"--min-n: {min_n} must be at least 2")
     return min_n
+
+
+def verdict_kwargs(args: argparse.Namespace, min_n: int) -> dict[str, Any]:
+    """``compare_runs``' keywords from these options (``min_n``: checked by the above)."""
+    return {
+        "n_boot": args.bootstrap,
+        "confidence": args.confidence,
+        "min_difference": args.min_difference / 100.0,
+        "min_n": min_n,
+        "allow_incomplete": args.allow_incomplete,
+    }

@@ -18,7 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specload.compare.options import add_verdict_options, check_verdict_options
+from specload.compare.options import (
+    add_verdict_options,
+    check_verdict_options,
+    verdict_kwargs,
+)
 from specload.errors import UsageError
 from specload.results.writer import SUMMARY_FILE, atomic_write_text, prepare_out_dir
 
@@ -126,14 +130,7 @@ def run(args: argparse.Namespace) -> int:
     if len(runs) == 1:
         text = single_run_html(runs[0], predictions)
     else:
-        comp = compare_runs(
-            runs,
-            n_boot=args.bootstrap,
-            confidence=args.confidence,
-            min_difference=args.min_difference / 100.0,
-            min_n=min_n,
-            allow_incomplete=args.allow_incomplete,
-        )
+        comp = compare_runs(runs, **verdict_kwargs(args, min_n))
         for warning in comp.warnings:
             print(f"specload report: warning: {' '.join(warning.split())}", file=sys.stderr)
         text = comparison_html(

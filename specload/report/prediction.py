@@ -16,7 +16,7 @@ break-even mean acceptance length, set beside the measured one.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -194,6 +194,19 @@ class Versus:
         return self.low_ms <= self.measured_ms <= self.high_ms
 
 
+def _forecast_levels(
+    pred: Prediction,
+) -> Iterator[tuple[Mapping[str, Any], Any, float, Mapping[str, Any] | None]]:
+    """Each forecast level with a concurrency: the level, its concurrency as given and as a
+    number, and the measured run's level at that concurrency (None: not measured)."""
+    for lv in pred.levels():
+        c = lv.get("concurrency")
+        x = finite_number(c)
+        if x is None:
+            continue
+        yield lv, c, x, _measured_level(pred.measured, c) if pred.measured is not None else None
+
+
 def ngram_rows(pred: Prediction) -> list[Versus]:
     own = {
         row.get("concurrency"): row
@@ -201,13 +214,8 @@ def ngram_rows(pred: Prediction) -> list[Versus]:
         if isinstance(row, dict)
     }
     out = []
-    for lv in pred.levels():
-        c = lv.get("concurrency")
-        x = finite_number(c)
-        if x is None:
-            continue
+    for lv, c, x, level in _forecast_levels(pred):
         measured_ms = acc = tok = None
-        level = _measured_level(pred.measured, c) if pred.measured is not None else None
         if level is not None:
             measured_ms = finite_number(level.get("median_tpot_ms"))
             acc = measured_acceptance(level)
@@ -255,12 +263,7 @@ class DraftRow:
 
 def draft_rows(pred: Prediction) -> list[DraftRow]:
     out = []
-    for lv in pred.levels():
-        c = lv.get("concurrency")
-        x = finite_number(c)
-        if x is None:
-            continue
-        level = _measured_level(pred.measured, c) if pred.measured is not None else None
+    for lv, _, x, level in _forecast_levels(pred):
         possible = lv.get("possible")
         out.append(
             DraftRow(

@@ -186,6 +186,7 @@ class EarlyVerdict:
     ttfts: list[tuple[float, float]] = field(default_factory=list)  # (start_s, ttft_s)
     completed: int = 0
     missed: int = 0
+    _judged: int = -1  # ``completed`` when saturation was last judged (nothing new: same)
 
     def add(self, record: RequestRecord) -> None:
         if not record.ok:
@@ -208,6 +209,9 @@ class EarlyVerdict:
             return None
         if elapsed_ratio < 1 / 3 or len(self.ttfts) < SATURATION_MIN_REQUESTS:
             return None
+        if self._judged == self.completed:  # no request since the last tick's judgement
+            return None
+        self._judged = self.completed
         ordered = [ttft for _, ttft in sorted(self.ttfts)]
         third = len(ordered) // 3
         first = statistics.median(ordered[:third])
