@@ -108,10 +108,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="vLLM's automatic prefix caching (on by default, as in vLLM): cached prompt "
         "blocks skip their prefill; --no-enable-prefix-caching computes every prompt token",
     )
-    g.add_argument("--max-model-len", type=int, default=262144)
-    g.add_argument("--max-num-seqs", type=int, default=256)
-    g.add_argument("--max-num-batched-tokens", type=int, default=8192)
-    g.add_argument("--kv-cache-tokens", type=int, default=400_000)
+    g.add_argument(
+        "--max-model-len",
+        type=int,
+        default=262144,
+        help="longest prompt plus output a request may have, as vLLM's (default 262144)",
+    )
+    g.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=256,
+        help="most requests in one batch, as vLLM's (default 256)",
+    )
+    g.add_argument(
+        "--max-num-batched-tokens",
+        type=int,
+        default=8192,
+        help="most tokens one engine step schedules, as vLLM's (default 8192)",
+    )
+    g.add_argument(
+        "--kv-cache-tokens",
+        type=int,
+        default=400_000,
+        help="KV-cache capacity in tokens: a request whose prompt does not fit waits "
+        "(default 400000)",
+    )
     m = parser.add_argument_group("cost model and variant")
     m.add_argument(
         "--cost", action="append", metavar="NAME=VALUE", help="override a cost-model parameter"
@@ -123,12 +144,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--num-speculative-tokens", type=int, default=None, help="draft tokens per step (k)"
     )
     t = parser.add_argument_group("fixed timing (accuracy tests)")
-    t.add_argument("--timing", choices=("model", "fixed"), default="model")
-    t.add_argument("--fixed-ttft", default="0.1", help="first chunk this long after arrival")
-    t.add_argument("--fixed-itl", default="0.02", help="then one chunk every ITL")
-    t.add_argument("--fixed-tokens-per-chunk", type=int, default=1)
-    t.add_argument("--fixed-reasoning-tokens", type=int, default=64)
-    t.add_argument("--fixed-content-tokens", type=int, default=32)
+    t.add_argument(
+        "--timing",
+        choices=("model", "fixed"),
+        default="model",
+        help="model: step times from the cost model and the batch; fixed: every stream "
+        "on the --fixed-* timings (default model)",
+    )
+    t.add_argument(
+        "--fixed-ttft",
+        default="0.1",
+        help="--timing fixed: first chunk this long after arrival (default 0.1 s)",
+    )
+    t.add_argument(
+        "--fixed-itl",
+        default="0.02",
+        help="--timing fixed: then one chunk every ITL (default 0.02 s)",
+    )
+    t.add_argument(
+        "--fixed-tokens-per-chunk",
+        type=int,
+        default=1,
+        help="--timing fixed: tokens in each chunk (default 1)",
+    )
+    t.add_argument(
+        "--fixed-reasoning-tokens",
+        type=int,
+        default=64,
+        help="--timing fixed: reasoning tokens of every response (default 64)",
+    )
+    t.add_argument(
+        "--fixed-content-tokens",
+        type=int,
+        default=32,
+        help="--timing fixed: content (answer) tokens of every response, after the "
+        "reasoning (default 32)",
+    )
     f = parser.add_argument_group("faults and degradation")
     f.add_argument(
         "--fault-rate",

@@ -62,8 +62,41 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
 )
 
 
+def default_text(default: Any) -> str | None:
+    """An option's default as its help shows it (None: nothing to show)."""
+    if default is None or default is False or default == argparse.SUPPRESS:
+        return None
+    if isinstance(default, bool):
+        return "on"
+    if isinstance(default, float):
+        return f"{default:g}"
+    if isinstance(default, (list, tuple)):
+        return ",".join(map(str, default)) or None
+    text = str(default)
+    return text or None
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless it names its default itself
+    (``--request-timeout … (default: 600)``); options without one are left alone."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        help_text = action.help
+        if not help_text or help_text == argparse.SUPPRESS or not action.option_strings:
+            return help_text
+        shown = default_text(action.default)
+        if shown is None or "default" in help_text.lower():
+            return help_text
+        return f"{help_text} (default: {shown.replace('%', '%%')})"
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (no usage dump), exit status 2."""
+    """argparse with one-line errors (no usage dump), exit status 2, and every option's
+    default in its help (:class:`_HelpFormatter`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")

@@ -44,6 +44,9 @@ class LoadOption:
         kwargs = dict(self.kwargs)
         if self.env_var and self.env_var in os.environ:
             kwargs["default"] = os.environ[self.env_var]  # argparse applies `type` to it
+        if self.secret:
+            # --help shows every default (specload.cli): never a secret's.
+            kwargs["help"] = f"{kwargs.get('help') or ''} (default: ${self.env_var}, not shown)"
         group.add_argument(*self.flags, **kwargs)
 
 
