@@ -12,13 +12,18 @@ gevent, httpx, matplotlib…); a subcommand's module is imported when the
 subcommand is chosen, which includes its own ``--help``.
 
 Errors a user can cause raise :class:`specload.errors.UsageError`; they are
-printed as one line and exit with status 2 (argparse's own errors too).
+printed as one line and exit with status 2 (argparse's own errors too). Output
+to a pipe whose reader has gone (``specload compare … | head``) ends the command
+quietly with status 141 (128 + SIGPIPE, as the shell reports a program the signal
+ended; ``set -o pipefail`` scripts see the same status as for ``yes | head``).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import select
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -150,7 +155,44 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Exit status when the reader of our output went away (``specload compare … | head``):
+#: 128 + SIGPIPE, what the shell reports for a program that the signal ended.
+BROKEN_PIPE_EXIT = 128 + 13
+
+
+def _stdout_gone() -> bool:
+    """True when stdout is a pipe or socket whose reader has gone (poll says POLLERR)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        events = poller.poll(0)
+    except (AttributeError, OSError, ValueError):
+        return True  # no pollable stdout: the broken pipe can only have been ours
+    return any(flags & (select.POLLERR | select.POLLHUP) for _, flags in events)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run a command; its output to a closed pipe ends it quietly with status 141.
+
+    As the Python documentation recommends for SIGPIPE, stdout is then pointed at
+    ``/dev/null`` so the interpreter's last flush cannot fail again; a broken pipe that
+    is not stdout's (a socket of the command's own) is still an error.
+    """
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # inside the try: a --help that fits the buffer fails here
+    except BrokenPipeError:
+        if not _stdout_gone():
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return BROKEN_PIPE_EXIT
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     run = cast(Callable[[argparse.Namespace], int], args._run)
