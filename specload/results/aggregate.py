@@ -103,24 +103,14 @@ class LevelAggregate:
         return out
 
 
-def assess_level(
-    level: LevelAggregate,
-    numbers: Mapping[str, Any],
-    *,
-    concurrency: int | None = None,
-    planned_duration_s: float | None = None,
-    lost: int = 0,
-    users_held: float | None = None,
-    users_min: int | None = None,
-) -> tuple[list[str], list[str]]:
-    """A level's ``flags`` and ``warnings`` (sentences with counts and what to change):
-    what a reader must know before trusting its numbers (docs/sweep.md)."""
-    flags: list[str] = []
+def truncation_warnings(stats: Stats, numbers: Mapping[str, Any]) -> list[str]:
+    """The truncation guard's warnings for a set of requests (``numbers``: their
+    :meth:`Stats.result`): none unless more than :data:`TRUNCATION_WARN_RATIO` of the
+    completed ones ended inside reasoning. ``specload run`` gives them per level
+    (:func:`assess_level`), plain Locust at the end of its run (``specload.load.plugin``)."""
     warnings: list[str] = []
-    stats = level.all
     ratio = numbers.get("reasoning_truncated_ratio")
     if ratio is not None and ratio > TRUNCATION_WARN_RATIO:
-        flags.append("reasoning_truncated")
         cats = ", ".join(sorted(stats.truncated_categories))
         budget = stats.max_tokens_seen
         warnings.append(
@@ -135,6 +125,27 @@ def assess_level(
                 "ttfct objective (they never reached their answer): a budget that fits the "
                 "reasoning measures the server, not the budget"
             )
+    return warnings
+
+
+def assess_level(
+    level: LevelAggregate,
+    numbers: Mapping[str, Any],
+    *,
+    concurrency: int | None = None,
+    planned_duration_s: float | None = None,
+    lost: int = 0,
+    users_held: float | None = None,
+    users_min: int | None = None,
+) -> tuple[list[str], list[str]]:
+    """A level's ``flags`` and ``warnings`` (sentences with counts and what to change):
+    what a reader must know before trusting its numbers (docs/sweep.md)."""
+    flags: list[str] = []
+    warnings: list[str] = []
+    truncation = truncation_warnings(level.all, numbers)
+    if truncation:
+        flags.append("reasoning_truncated")
+        warnings.extend(truncation)
     if numbers.get("unfinished"):
         flags.append("unfinished")
         warnings.append(
