@@ -1,4 +1,4 @@
-"""Prometheus text exposition (format 0.0.4) parsing: the one implementation.
+"""Prometheus text exposition (format 0.0.4) and OpenMetrics parsing: the one implementation.
 
 Used by the exporter (vLLM's ``/metrics``), the simulator's tests, the sweep
 (server-side counters around a run) and anyone else who reads ``/metrics``.
@@ -13,6 +13,12 @@ summary, ``_total`` and ``_created`` to their counter (whether the ``# TYPE``
 line names the counter with or without ``_total``, as prometheus_client does
 for vLLM). A sample without a ``# TYPE`` line is its own ``untyped`` family.
 Values may be ``NaN``, ``+Inf``, ``-Inf``; an optional timestamp (ms) is kept.
+
+OpenMetrics 1.0 (``application/openmetrics-text``) reads the same way: ``# UNIT``
+lines and the ``# EOF`` end are comments; counters are typed without ``_total``;
+an exemplar after a sample's value (`` # {trace_id="…"} 0.04 1700000000.1``) is
+checked and dropped (it is not a value); a page that ends with ``# EOF`` has its
+timestamps in seconds, kept as ms like the text format's.
 
 Malformed input raises :class:`PromTextError` naming the line. ``keep`` lets a
 caller skip label parsing for families it does not need (the exporter's fast
@@ -270,6 +276,8 @@ def parse(
     parsed line by line. Raises :class:`PromTextError` on malformed input.
     """
     state = _ParseState(keep, buckets)
+    if text.rstrip().endswith("# EOF"):
+        state.ts_scale = 1000.0  # OpenMetrics: timestamps in seconds
     if keep is None:
         state.feed(text.split("\n"), 1)
         return state.families
@@ -282,21 +290,32 @@ def parse(
     while seg < n:
         nxt = find("\n#", seg + 1)
         end = n if nxt == -1 else nxt + 1
-        if startswith(("# HELP ", "# TYPE "), seg):
+        if startswith(_HEADERS, seg):
             head = seg
-            if end < n and startswith("# TYPE ", end) and startswith("# HELP ", seg):
-                # HELP then TYPE: one segment, read the header from the TYPE line.
-                head = end
+            # HELP, TYPE (and OpenMetrics' UNIT) lines of one family in a row: one segment
+            # whose header is read from the TYPE line; its samples follow the last of them.
+            last = seg
+            while (
+                end < n
+                and startswith(_HEADERS, end)
+                and find("\n", last, end) == end - 1
+                and _same_header_name(text, seg, end)
+            ):
+                if startswith("# TYPE ", end):
+                    head = end
+                last = end
                 nxt = find("\n#", end + 1)
                 end = n if nxt == -1 else nxt + 1
             eol = find("\n", head, end)
             if eol == -1:
                 eol = end
+            body = find("\n", last, end)
+            body = end if body == -1 else body + 1
             parts = text[head:eol].split(None, 3)
             if (
                 len(parts) > 2
                 and not state.wanted(parts[2])
-                and _only_family_lines(text, eol + 1, end, parts, state)
+                and _only_family_lines(text, body, end, parts, state)
             ):
                 lineno += count("\n", seg, end)
                 seg = end
@@ -306,6 +325,20 @@ def parse(
         lineno += len(lines) - 1
         seg = end
     return state.families
+
+
+def _same_header_name(text: str, a: int, b: int) -> bool:
+    """The header lines (``# HELP``/``# TYPE``/``# UNIT``, 7 characters) at ``a`` and ``b``
+    name the same family (``a``'s line ends before ``b``)."""
+    end = text.find(" ", a + 7, b)
+    if end == -1:
+        end = b - 1  # a line with the name only: up to its newline
+    size = end - a - 7
+    return (
+        size > 0
+        and text.startswith(text[a + 7 : end], b + 7)
+        and text[b + 7 + size : b + 8 + size] in (" ", "\t", "\r", "\n", "")
+    )
 
 
 def _only_family_lines(
@@ -331,6 +364,7 @@ def _only_family_lines(
 
 
 _DIST_TYPES = frozenset({"histogram", "gaugehistogram", "summary"})
+_HEADERS = ("# HELP ", "# TYPE ", "# UNIT ")
 
 
 class _ParseState:
@@ -346,6 +380,7 @@ class _ParseState:
         self.kept: dict[str, bool] = {}
         # Identical label blocks share one dict: treat Sample.labels as read-only.
         self.block_cache: dict[str, Labels] = {}
+        self.ts_scale = 1.0  # timestamp -> ms (1000 for OpenMetrics' seconds)
 
     def wanted(self, fam_name: str) -> bool:
         want = self.kept.get(fam_name)
@@ -411,7 +446,12 @@ class _ParseState:
             want = wanted(fam.name)
             if want and skip_buckets and name.endswith("_bucket") and fam.type in _DIST_TYPES:
                 want = False
-            if rest_start == -1:
+            if rest_start == -1 and "#" in line:
+                # An exemplar's braces may follow (or a '#' sit in a label value): find
+                # the end of the label block exactly.
+                labels, after = _parse_labels(line, brace + 1, lineno, line)
+                rest = line[after:]
+            elif rest_start == -1:
                 close = line.rfind("}")
                 if not want:
                     # Cheap check only: the value follows the last '}'.
@@ -440,6 +480,9 @@ class _ParseState:
             else:
                 labels = {}
                 rest = line[rest_start:]
+            if "#" in rest:
+                rest, _, exemplar = rest.partition("#")
+                _check_exemplar(exemplar, lineno, line)
             parts = rest.split()
             n = len(parts)
             if n == 1:
@@ -450,10 +493,24 @@ class _ParseState:
                 ts = _parse_float(parts[1], lineno, line)
                 if not math.isfinite(ts):
                     raise PromTextError(lineno, "bad timestamp", line)
+                ts *= self.ts_scale
             else:
                 raise PromTextError(lineno, "expected a value (and optional timestamp)", line)
             if want:
                 fam.samples.append(Sample(name, labels, value, ts))
+
+
+def _check_exemplar(text: str, lineno: int, line: str) -> None:
+    """An OpenMetrics exemplar after a sample (``{labels} value [timestamp]``): checked, dropped."""
+    start = len(text) - len(text.lstrip(" \t"))
+    if start == len(text) or text[start] != "{":
+        raise PromTextError(lineno, "malformed exemplar", line)
+    _, after = _parse_labels(text, start + 1, lineno, line)
+    parts = text[after:].split()
+    if not 1 <= len(parts) <= 2:
+        raise PromTextError(lineno, "malformed exemplar: expected a value (and timestamp)", line)
+    for part in parts:
+        _parse_float(part, lineno, line)
 
 
 class _Missing(Family):
