@@ -2,7 +2,10 @@
 
 ``init_command_line_parser`` adds specload's options; ``init`` creates the
 process's :class:`~specload.load.session.LoadSession` and registers the
-``specload:*`` runner messages for the runner's role.
+``specload:*`` runner messages for the runner's role. At the end of a run started by
+``locust`` itself (its ``quit`` event, after its statistics; ``specload run`` has its
+own per level), the master or single process logs the truncation guard's warnings
+(:func:`specload.load.report.truncation_report`).
 
 A worker also watches its master (:class:`MasterWatchdog`): Locust's master
 answers each worker heartbeat (one a second) with its own, and a worker left
@@ -22,7 +25,8 @@ import gevent
 from locust import events
 
 from specload.load.options import add_options
-from specload.load.session import get_session
+from specload.load.report import truncation_report
+from specload.load.session import LoadSession, get_session
 
 log = logging.getLogger("specload.load")
 
@@ -80,6 +84,12 @@ class MasterWatchdog:
                 return
 
 
+def warn_truncation(session: LoadSession) -> None:
+    """Log the truncation guard's warnings of the records this process published."""
+    for line in truncation_report(session.aggregator):
+        log.warning("specload: %s", line)
+
+
 def _add_options(parser: Any, **kw: Any) -> None:
     add_options(parser)
 
@@ -88,6 +98,9 @@ def _on_init(environment: Any, web_ui: Any = None, **kw: Any) -> None:
     session = get_session(environment)
     session.attach(environment.runner)
     session.attach_web_ui(web_ui)
+    if session.role != "worker":
+        # Only Locust's own main fires ``quit`` (the sweep warns per level itself).
+        environment.events.quit.add_listener(lambda **kw: warn_truncation(session))
     if session.role == "worker":
         watchdog = MasterWatchdog(environment.runner)
         environment.events.heartbeat_received.add_listener(watchdog.heard)

@@ -10,6 +10,9 @@
   ``all``), the rows of :func:`stats_rows`, whose figures are the aggregator's
   (:meth:`Aggregator.step_result`, as :func:`step_numbers` lists them; the web UI's
   tab reads the same).
+- :func:`truncation_report`: at the end of a plain Locust run, the truncation guard's
+  warnings per step, the same sentences as ``specload run`` gives per level
+  (:func:`specload.results.aggregate.truncation_warnings`).
 """
 
 from __future__ import annotations
@@ -142,3 +145,19 @@ def write_csv(path: Path, aggregator: Aggregator) -> None:
     with tmp.open("w", newline="") as f:
         f.write(csv_text(aggregator))
     tmp.replace(path)
+
+
+def truncation_report(aggregator: Aggregator) -> list[str]:
+    """The truncation guard's warnings of every step (``step NAME:`` before each when
+    there are several): empty unless more than a fifth of a step's completed requests
+    ended inside reasoning."""
+    # Deferred: specload.results reads records through this package (``specload.load``).
+    from specload.results.aggregate import truncation_warnings  # noqa: PLC0415
+
+    steps = aggregator.steps
+    lines = []
+    for step in steps:
+        stats = aggregator.total(step=step)
+        where = f"step {step}: " if len(steps) > 1 else ""
+        lines += [f"{where}{w}" for w in truncation_warnings(stats, stats.result(stats.span_s))]
+    return lines

@@ -14,9 +14,12 @@ The rows are :data:`COLUMNS` of :func:`web_rows`: per step and category (then
 (:func:`specload.load.report.step_numbers`), as text with units in the headers
 (ms, s, tok/s), TTFT and TPOT to 0.1 ms, E2E to 0.01 s; an en dash
 (:data:`NO_VALUE`) where there is no value (a non-streamed request has no TTFT).
-``/specload`` serves the same table as a page of its own, ``/specload/csv`` every
-column of the CSV (the median ITL, token totals, requests that ended in reasoning
-and the share of coalesced chunk gaps are there, not in the tab: its 15 columns fit
+The *Truncated in reasoning* column counts the completed requests that hit
+``max_tokens`` before any answer token (no TTFCT, no content tokens measured: the
+plain-Locust run's end warns when they are more than a fifth, as ``specload run``
+does per level). ``/specload`` serves the same table as a page of its own,
+``/specload/csv`` every column of the CSV (the median ITL, token totals and the
+share of coalesced chunk gaps are there, not in the tab: its 16 columns fit
 Locust's page without scrolling sideways from a 1280 px wide window up).
 
 The aggregate over many records costs time on the process that also drives the
@@ -73,6 +76,8 @@ COLUMNS: tuple[Column, ...] = (
     Column("completed", "OK", _count("completed")),
     Column("failed", "Failed", _count("failed")),
     Column("unfinished", "Unfinished", _count("unfinished")),
+    # Completed requests that hit max_tokens before their answer: no TTFCT, no content.
+    Column("truncated", "Truncated in reasoning", _count("reasoning_truncated")),
     Column("output_tok_s", "Output tok/s", _fixed("output_throughput", 1)),
     Column("ttft_p50_ms", "TTFT p50 (ms)", _fixed("median_ttft_ms", 1)),
     Column("ttft_p90_ms", "TTFT p90 (ms)", _fixed("p90_ttft_ms", 1)),

@@ -18,8 +18,10 @@ from specload.load.report import (
     csv_text,
     fire_locust_events,
     stats_rows,
+    truncation_report,
     write_csv,
 )
+from specload.results.aggregate import truncation_warnings
 
 pytestmark = pytest.mark.unit
 
@@ -126,3 +128,34 @@ def test_one_locust_event_per_request_and_none_for_unfinished() -> None:
     env.events.fired.clear()
     fire_locust_events(env, record(2, error="unfinished"))
     assert env.events.fired == []
+
+
+def truncated(i: int, *, step: str = "c1", category: str = "math") -> RequestRecord:
+    """A completed request cut at max_tokens 8 before any answer token."""
+    r = record(i, category=category)
+    r.step, r.tokens_reasoning, r.tokens_content = step, 8, 0
+    r.finish_reason, r.max_tokens, r.reasoning_truncated = "length", 8, True
+    return r
+
+
+def test_truncation_report_is_the_sweeps_warning() -> None:
+    """Plain Locust's end-of-run warning: the same sentences as specload run's level
+    warning (one function), only when more than a fifth of the completed requests were
+    cut inside reasoning; a step named when there are several."""
+    agg = Aggregator()
+    for i in range(4):
+        agg.add(record(i))
+    assert truncation_report(agg) == []
+    agg.add(truncated(4))  # 1 of 5: a fifth, not more
+    assert truncation_report(agg) == []
+    agg.add(truncated(5, category="coding"))  # 2 of 6
+    (line,) = truncation_report(agg)
+    stats = agg.total(step="c1")
+    assert [line] == truncation_warnings(stats, stats.result(stats.span_s))
+    assert line.startswith("2 of 6 completed requests") and "(coding, math)" in line
+    # Two steps: each judged on its own, named.
+    for i in range(3):
+        agg.add(truncated(10 + i, step="c4"))
+    lines = truncation_report(agg)
+    assert [ln.split(":")[0] for ln in lines] == ["step c1", "step c4"]
+    assert lines[1].startswith("step c4: 3 of 3 completed requests")

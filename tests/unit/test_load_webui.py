@@ -39,6 +39,7 @@ def record(
     error: str | None = None,
     reasoning: int = 8,
     content: int = 2,
+    truncated: bool = False,
 ) -> RequestRecord:
     ok = error is None
     itl = Histogram()
@@ -62,6 +63,8 @@ def record(
         tokens_output=reasoning + content if ok else 0,
         chunks=reasoning + content if ok and stream else 0,
         itl_token_hist=itl if ok and stream else None,
+        max_tokens=reasoning + content if truncated else None,
+        reasoning_truncated=truncated,
     )
 
 
@@ -72,7 +75,7 @@ def rows_by_category(agg: Aggregator) -> dict[str, dict[str, str]]:
 def test_headers_are_words_with_units() -> None:
     keys = [k for k, _ in HEADERS]
     assert keys[:2] == ["step", "category"] and len(set(keys)) == len(keys)
-    assert len(HEADERS) == 15  # what fits Locust's page (integration test: measured)
+    assert len(HEADERS) == 16  # what fits Locust's page (integration test: measured)
     for key, title in HEADERS:
         assert "_" not in title, title  # no snake_case
         if key.endswith("_ms"):
@@ -191,3 +194,25 @@ def test_page_is_the_tab_escaped() -> None:
     assert "coding&lt;b&gt;" in page and "coding<b>" not in page
     assert "TPOT p50 (ms)" in page and "<td>16.0</td>" in page
     assert "href='./?tab=specload'" in page and "href='./specload/csv'" in page
+
+
+def test_truncated_column_counts_requests_cut_inside_reasoning() -> None:
+    """Completed requests that hit max_tokens before any answer token, per category and in
+    all; failed ones are not counted, and a category without any shows 0, not a dash."""
+    agg = Aggregator()
+    for i in range(3):
+        agg.add(record(i, reasoning=64, content=0, truncated=True))
+    agg.add(record(3))
+    agg.add(record(4, error="http_503"))
+    agg.add(record(5, category="coding", reasoning=30, content=0, truncated=True))
+    agg.add(record(6, category="plain"))
+    rows = rows_by_category(agg)
+    assert [(c, rows[c]["truncated"]) for c in ("coding", "math", "plain", "all")] == [
+        ("coding", "1"),
+        ("math", "3"),
+        ("plain", "0"),
+        ("all", "4"),
+    ]
+    assert ("truncated", "Truncated in reasoning") in HEADERS
+    page = page_html(web_rows(agg))
+    assert "<th>Truncated in reasoning</th>" in page
