@@ -17,8 +17,10 @@
  * token_limit): the full path then raises, with the same detail, at that chunk.
  *
  * Return: 0 declined (nothing consumed), 1 consumed, 2 consumed and the
- * chunked body ended (the zero-size chunk was read; what follows is ignored,
- * as ChunkedDecoder does).
+ * chunked body ended (the last chunk, "0\r\n\r\n", closed the read; anything
+ * else after a zero size, trailers included, is declined to ChunkedDecoder),
+ * 3 consumed and the stream ended at [DONE] while its body did not (what
+ * followed [DONE] in the read is not accounted: a stream ends there).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -560,7 +562,9 @@ static int scan_read(const char *buf, Py_ssize_t n, Event *evs, int *ended) {
         if (pos + 2 > n || buf[pos] != '\r' || buf[pos + 1] != '\n') return -1;
         pos += 2;
         if (size == 0) {
-            *ended = 1; /* the rest (trailers, CRLF) is ignored, as ChunkedDecoder does */
+            /* the last chunk: no trailers, and nothing after it (else the full path) */
+            if (pos + 2 != n || buf[pos] != '\r' || buf[pos + 1] != '\n') return -1;
+            *ended = 1;
             return nev;
         }
         if (pos + size + 2 > n) return -1; /* a chunk split across reads */
@@ -597,7 +601,8 @@ static inline void set_obj(PyObject **slot, PyObject *value) {
 static inline int is_none(PyObject *o) { return o == NULL || o == Py_None; }
 
 /* Account data[:n] read at now_obj (a float). Returns 0 declined, 1 consumed,
- * 2 consumed and the body ended, -1 on error (exception set). */
+ * 2 consumed and the body ended, 3 consumed and the stream ended at [DONE] (its
+ * body did not), -1 on error (exception set). */
 static int meter_feed(MeterCore *self, const char *data, Py_ssize_t n, PyObject *now_obj) {
     if (self->want_text || self->sse_pending || n <= 0) return 0;
     if (!PyList_CheckExact(self->_gaps) || !PyList_CheckExact(self->_chunk_tokens) ||
@@ -627,7 +632,8 @@ static int meter_feed(MeterCore *self, const char *data, Py_ssize_t n, PyObject 
         set_obj(&self->last_event_t, now_obj);
         if (ev->done) {
             self->done = 1;
-            continue;
+            if (!ended) rc = 3;
+            break; /* a stream ends at [DONE]: what follows is not accounted */
         }
         if (ev->fr_p != NULL) {
             PyObject *fr = PyUnicode_DecodeUTF8(ev->fr_p, ev->fr_n, "strict");
@@ -722,7 +728,8 @@ static PyObject *MeterCore_feed_read(MeterCore *self, PyObject *const *args, Py_
 static PyMethodDef MeterCore_methods[] = {
     {"feed_read", (PyCFunction)(void (*)(void))MeterCore_feed_read, METH_FASTCALL,
      "feed_read(buf, n, now) -> int: account the first n bytes of buf, one socket read of a "
-     "chunked SSE body, if certain (1; 2 when the body ended); else 0 and nothing changed."},
+     "chunked SSE body, if certain (1; 2 when the body ended; 3 when the stream ended at "
+     "[DONE] before its body); else 0 and nothing changed."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -862,7 +869,16 @@ static PyObject *recv_stamped(PyObject *mod, PyObject *const *args, Py_ssize_t n
 
 /* --------------------------------------------------------- reactor round -- */
 
-enum { R_DATA = 0, R_EOF = 1, R_ENDED = 2, R_ERRNO = 3, R_LOOP = 4, R_UNKNOWN = 5, R_EXC = 6 };
+enum {
+    R_DATA = 0,
+    R_EOF = 1,
+    R_ENDED = 2,
+    R_ERRNO = 3,
+    R_LOOP = 4,
+    R_UNKNOWN = 5,
+    R_EXC = 6,
+    R_STOPPED = 7
+};
 
 static PyObject *str_fast; /* "fast" */
 
@@ -881,7 +897,8 @@ static int add_left(PyObject *left, int fd, int kind, PyObject *payload, double 
  * Everything else goes back to Python as (fd, kind, payload, t): R_DATA (payload:
  * the bytes read), R_EOF, R_ENDED (the fused reader read the end of the body),
  * R_ERRNO (payload: errno), R_LOOP (loop_fd was ready), R_UNKNOWN (no parser for
- * fd), R_EXC (payload: the exception the fused reader raised). ``now``: when
+ * fd), R_EXC (payload: the exception the fused reader raised), R_STOPPED (the
+ * stream ended at [DONE] before its body: the request is complete). ``now``: when
  * epoll_wait returned (CLOCK_MONOTONIC); reads without a kernel stamp use it. */
 static PyObject *read_ready(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
     (void)mod;
@@ -993,6 +1010,7 @@ static PyObject *read_ready(PyObject *mod, PyObject *const *args, Py_ssize_t nar
             continue;
         }
         if (rc == 2 && add_left(left, fd, R_ENDED, Py_None, t) < 0) goto error;
+        if (rc == 3 && add_left(left, fd, R_STOPPED, Py_None, t) < 0) goto error;
     }
     PyBuffer_Release(&view);
     PyObject *res = Py_BuildValue("(iNOi)", nready, left, now_obj, unstamped);

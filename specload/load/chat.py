@@ -178,6 +178,8 @@ class ChatRequester:
                         return
                 for payload in dec_feed(data):
                     meter_feed(payload, now)
+                    if meter.done:  # a stream ends at [DONE], whatever follows
+                        break
                 meter.sse_pending = decoder.pending_size > 0
 
         else:
@@ -195,6 +197,7 @@ class ChatRequester:
                 timeout_s=s.timeout_s,
                 fast=fast,
                 expect=self._expect,
+                ends=meter if s.stream else None,
             )
             record.http_status = status
             end = time.perf_counter()

@@ -8,6 +8,11 @@ A stale kept-alive connection is retried once on a fresh one. Failures raise
 read to the end: ``Content-Length`` or chunked, at most
 :data:`~specload.load.response.MAX_DRAIN_BYTES`) without ``Connection: close``
 leaves the connection open for the next request; any other failure closes it.
+A stream that ended (``data: [DONE]``) before its body completes its request at
+once; what is left of its body (the last chunk, normally already on its way) is
+read without waiting before the next request, which gets a fresh connection when
+that body has not ended by then. ``Accept-Encoding: identity`` is asked: an encoded
+2xx answer fails as ``content_encoding``.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from gevent import monkey
 
 from specload.load.failures import RequestFailed, Stale
 from specload.load.reactor import READ_SIZE, get_reactor
-from specload.load.response import FastReader, OnBody, ResponseParser
+from specload.load.response import MAX_DRAIN_BYTES, Ends, FastReader, OnBody, ResponseParser
 from specload.load.switches import SWITCHES, fastpath, rx_timestamps
 
 _perf = time.perf_counter
@@ -50,9 +55,13 @@ class Connection:
         self.connect_timeout_s = connect_timeout_s
         self.host_header = host if port in (80, 443) else f"{host}:{port}"
         self._sock: socket.socket | None = None
+        # The response of the last request when it completed at the end of its stream
+        # before its body ended: read on (without waiting) before the next request.
+        self._open: ResponseParser | None = None
 
     def close(self) -> None:
         sock, self._sock = self._sock, None
+        self._open = None
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.close()
@@ -86,6 +95,7 @@ class Connection:
         timeout_s: float | None = None,
         fast: FastReader | None = None,
         expect: bytes | None = None,
+        ends: Ends | None = None,
     ) -> int:
         """Send a request and stream the body of a 2xx response to ``on_body``.
 
@@ -99,23 +109,28 @@ class Connection:
         ``expect`` (optional): the media type a 2xx answer must have, else
         ``RequestFailed("content_type")``. After a complete error answer that did not
         say ``Connection: close`` the connection stays open.
+        ``ends`` (optional): an object whose ``done`` turns true at the end of the
+        stream (the meter, at ``[DONE]``): the request is complete then.
         """
         head = (
             (
                 f"{method} {path} HTTP/1.1\r\nHost: {self.host_header}\r\n"
                 f"Content-Length: {len(body) if body else 0}\r\n"
+                "Accept-Encoding: identity\r\n"
             ).encode()
             + headers
             + b"\r\n"
         )
         payload = head + body if body else head
         deadline = None if timeout_s is None else _perf() + timeout_s
+        if self._open is not None:
+            self._settle()
         for attempt in (0, 1):
             reused = self._sock is not None
             if self._sock is None:
                 self._sock = self._connect()
             sock = self._sock
-            parser = ResponseParser(on_body, method, fast, expect)
+            parser = ResponseParser(on_body, method, fast, expect, ends)
             try:
                 raw: Any = getattr(sock, "_sock", None)
                 reactor = (
@@ -160,6 +175,8 @@ class Connection:
             # The response is complete: an error answer keeps a kept-alive connection.
             if not parser.keep_alive:
                 self.close()
+            elif not parser.complete:  # ended at [DONE]: the rest of its body is unread
+                self._open = parser
             return parser.result()
         raise RequestFailed("reset", "connection closed before the response")
 
@@ -177,3 +194,29 @@ class Connection:
                     return
                 if parser.feed(data, now):
                     return
+
+    def _settle(self) -> None:
+        """Read what is there of the last response's body (never waiting); keep the
+        connection if that ends the body, else close it."""
+        parser, self._open = self._open, None
+        sock = self._sock
+        if parser is None or sock is None:
+            return
+        if self.tls:  # no read without waiting on a TLS socket here
+            self.close()
+            return
+        raw: Any = getattr(sock, "_sock", sock)
+        taken = 0
+        try:
+            while taken <= MAX_DRAIN_BYTES:
+                data = raw.recv(READ_SIZE, socket.MSG_DONTWAIT)
+                if not data:
+                    break
+                taken += len(data)
+                if parser.feed(data, _perf()):
+                    if parser.complete and parser.keep_alive:
+                        return  # the body ended: the connection serves the next request
+                    break
+        except (OSError, RequestFailed):  # nothing more yet (BlockingIOError), or broken
+            pass
+        self.close()

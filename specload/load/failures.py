@@ -1,8 +1,12 @@
 """How a request fails: :class:`RequestFailed`, raised by the HTTP client's parts.
 
 Its ``kind`` is the record's ``error_kind``: ``refused``, ``reset`` (connection lost
-or closed mid-response), ``protocol`` (not HTTP), ``timeout``, ``http_<status>``,
-``content_type`` (a 2xx answer of another content type than the request asked for);
+or closed mid-response), ``protocol`` (not HTTP, or framing the reader cannot parse:
+a bad chunk size line, heads over their caps, conflicting lengths — the detail names
+the rule broken), ``timeout``, ``http_<status>``, ``content_type`` (a 2xx answer of
+another content type than the request asked for), ``content_encoding`` (a 2xx answer
+with a content or transfer coding the client did not ask for, e.g. gzip; the detail:
+the coding);
 the chat requester adds the meter's kinds (``malformed``, ``malformed_usage``, …).
 ``retry_after_s``: the wait a failed response asked for (``Retry-After``, seconds).
 

@@ -42,7 +42,7 @@ _MAX_UNSTAMPED = 16  # more reads than this without a kernel stamp: batching sto
 _os_sleep = monkey.get_original("time", "sleep")
 
 # Kinds of what the C round hands back (see _fastpath.read_ready).
-_R_DATA, _R_EOF, _R_ENDED, _R_ERRNO, _R_LOOP, _R_UNKNOWN, _R_EXC = range(7)
+_R_DATA, _R_EOF, _R_ENDED, _R_ERRNO, _R_LOOP, _R_UNKNOWN, _R_EXC, _R_STOPPED = range(8)
 
 
 class Reactor:
@@ -195,6 +195,10 @@ class Reactor:
             if kind == _R_ENDED:
                 taken += 1
                 parser.fast_ended()
+                self._finish(fd, stream, None)
+            elif kind == _R_STOPPED:  # the stream ended at [DONE], its body did not
+                taken += 1
+                parser.stop()
                 self._finish(fd, stream, None)
             elif kind == _R_ERRNO:
                 exc = OSError(payload, os.strerror(payload))

@@ -14,6 +14,7 @@ TOKEN_SOURCES = ("exact", "usage", "tokenizer", "chunks-estimate")
 # ``malformed_usage``: a usage object or token count the meter cannot believe;
 # ``unfinished``: still in flight at the drain deadline (partial tokens kept);
 # ``client_error``: a fault inside specload's own meter (never the target's);
+# ``content_encoding``: a 2xx answer with a content coding (gzip...), never asked for;
 # ``content_type``: a 2xx answer that is not text/event-stream (streamed) or JSON.
 ERROR_KINDS = (
     "refused",
@@ -24,6 +25,7 @@ ERROR_KINDS = (
     "no_done",
     "protocol",
     "content_type",
+    "content_encoding",
     "unfinished",
     "client_error",
     "http_<code>",
