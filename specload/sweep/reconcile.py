@@ -17,10 +17,17 @@ Checked for generated tokens (the records' output tokens against
 ``vllm:generation_tokens_total``) and, where every request in the window carried the
 server's per-request counts (``spec_decode``), for drafts, draft tokens and accepted
 tokens (``vllm:spec_decode_num_*_total``).
+
+Nothing is compared against server figures that are not there or not one server's: a
+failed scrape (``server_unavailable``, the level flagged ``server_metrics_unavailable``),
+pages of several servers (``server_unreliable``, flagged ``server_counters_inconsistent``)
+and a counter that is not a finite number (its check ``reconciled: null`` with a
+``reason``) each come with a warning that says why.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,11 +76,24 @@ class Reconciler:
         self.end_sent, self.end_done = end_sent, end_done
 
     def result(self, server: dict[str, Any]) -> dict[str, Any] | None:
-        """The level's ``reconciliation`` block (None without both scrapes)."""
-        if self.end_sent is None or self.end_done is None or "error" in server:
+        """The level's ``reconciliation`` block (None until the level's end scrape)."""
+        if self.end_sent is None or self.end_done is None:
             return None
+        if "error" in server:  # no server figures: nothing to compare, and said so
+            return {
+                "server_unavailable": str(server["error"]),
+                "generated_tokens": None,
+                "spec_decode": None,
+            }
+        if server.get("reliable") is False:  # several servers' pages: not compared
+            return {
+                "server_unreliable": str(server.get("reason") or "pages of several servers"),
+                "generated_tokens": None,
+                "spec_decode": None,
+            }
         if server.get("counter_reset"):  # counted from zero after a restart: no comparison
             return {"restarted": True, "generated_tokens": None, "spec_decode": None}
+        non_finite = set(server.get("non_finite") or ())
         inside: dict[str, float] = {}
         top: dict[str, float] = {}
         n_inside = n_over = without_spec = 0
@@ -97,10 +117,14 @@ class Reconciler:
             "tolerance_ratio": TOLERANCE_RATIO,
         }
         out["generated_tokens"] = _check(
-            inside.get(TOKENS_KEY, 0.0), top.get(TOKENS_KEY, 0.0), server.get(TOKENS_KEY)
+            inside.get(TOKENS_KEY, 0.0),
+            top.get(TOKENS_KEY, 0.0),
+            server.get(TOKENS_KEY),
+            TOKENS_KEY in non_finite,
         )
         spec_server = {k: server.get(v) for k, v in SPEC_KEYS.items()}
-        if all(v is None for v in spec_server.values()):
+        spec_non_finite = {k for k, v in SPEC_KEYS.items() if v in non_finite}
+        if all(v is None for v in spec_server.values()) and not spec_non_finite:
             out["spec_decode"] = None  # the server does not speculate (or says nothing)
         elif without_spec:
             out["spec_decode"] = {
@@ -110,7 +134,8 @@ class Reconciler:
             }
         else:
             parts = {
-                k: _check(inside.get(k, 0.0), top.get(k, 0.0), spec_server[k]) for k in SPEC_KEYS
+                k: _check(inside.get(k, 0.0), top.get(k, 0.0), spec_server[k], k in spec_non_finite)
+                for k in SPEC_KEYS
             }
             verdicts = [p["reconciled"] for p in parts.values()]
             out["spec_decode"] = {
@@ -120,9 +145,22 @@ class Reconciler:
         return out
 
 
-def _check(low: float, high: float, server: Any) -> dict[str, Any]:
-    """One count: the client's interval, the server's delta, the verdict and its cause."""
+NON_FINITE = "the server's counter is not a finite number (NaN or Inf): not compared"
+
+
+def _check(low: float, high: float, server: Any, non_finite: bool = False) -> dict[str, Any]:
+    """One count: the client's interval, the server's delta, the verdict and its cause.
+
+    ``non_finite``: the server's counter read NaN or ±Inf (so ``server`` is None): not
+    compared, and the ``reason`` says so.
+    """
     out: dict[str, Any] = {"client_min": low, "client_max": high, "server": server}
+    if isinstance(server, float) and not math.isfinite(server):
+        out["server"], non_finite = None, True
+    if non_finite:
+        out["reconciled"] = None
+        out["reason"] = NON_FINITE
+        return out
     if not isinstance(server, int | float) or isinstance(server, bool):
         out["reconciled"] = None
         return out
@@ -164,15 +202,38 @@ def _checks(block: dict[str, Any] | None) -> list[tuple[str, dict[str, Any]]]:
 
 
 def reconcile_flags(block: dict[str, Any] | None) -> list[str]:
-    """The level's flags from a failed check: ``other_traffic``, ``window_mismatch``."""
+    """The level's flags: from a failed check ``other_traffic``, ``window_mismatch``; from
+    server figures that are missing ``server_metrics_unavailable``, or not one server's
+    ``server_counters_inconsistent``."""
+    if block and block.get("server_unavailable"):
+        return ["server_metrics_unavailable"]
+    if block and block.get("server_unreliable"):
+        return ["server_counters_inconsistent"]
     causes = [c.get("cause") for _, c in _checks(block) if c.get("reconciled") is False]
     return sorted({str(c) for c in causes if c})
 
 
 def reconcile_warnings(block: dict[str, Any] | None) -> list[str]:
-    """One sentence per count that did not reconcile, with both figures."""
+    """One sentence per count that did not reconcile, with both figures; one for server
+    figures that are missing, not one server's, or not finite."""
+    if block and block.get("server_unavailable"):
+        return [
+            f"the server's /metrics could not be read ({block['server_unavailable']}): the "
+            "level has no server-side figures and its counts were not reconciled"
+        ]
+    if block and block.get("server_unreliable"):
+        return [
+            f"the server's counters are not one server's: {block['server_unreliable']} Its "
+            "server-side figures are withheld (server.withheld) and were not reconciled; "
+            "point --metrics-url at one replica's /metrics, or run against one replica"
+        ]
     out: list[str] = []
     for key, c in _checks(block):
+        if c.get("reason") == NON_FINITE:
+            out.append(
+                f"the server's {_NAMES[key]} counter is not a finite number (NaN or Inf): "
+                "not reconciled, its server-side figures left out"
+            )
         if c.get("reconciled") is not False:
             continue
         low, high, server = c["client_min"], c["client_max"], c["server"]

@@ -93,7 +93,10 @@ def test_requests_without_per_request_counts_leave_the_spec_check_open() -> None
     assert block["spec_decode"]["reconciled"] is None
     assert "1 requests" in block["spec_decode"]["reason"]
     assert verdicts(block) == (None, True)
-    assert rec.result({"error": "scrape failed"}) is None
+    # No server figures: nothing compared, and the level is told why.
+    failed = rec.result({"error": "scrape failed"})
+    assert verdicts(failed) == (None, None)
+    assert reconcile_flags(failed) == ["server_metrics_unavailable"]
 
 
 class _Response:
