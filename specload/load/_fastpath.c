@@ -4,7 +4,8 @@
  * specload.load.meter.StreamMeter, whose Python methods run on top of it) and
  * MeterCore.feed_read(buf, n, now) accounts one socket read of a chunked SSE
  * body in a single pass: HTTP/1.1 chunk framing, SSE ``data:`` events, and
- * the few fields of each chat-completion-chunk JSON that the meter needs.
+ * the few fields of each chat-completion-chunk JSON that the meter needs (the
+ * channels: delta.reasoning / reasoning_content, delta.content, delta.tool_calls).
  *
  * The fast path is exact or declines: the read is first scanned and fully
  * validated (strict JSON grammar, UTF-8, no duplicate keys that matter, each
@@ -48,11 +49,13 @@
     X(long long, T_LONGLONG, _prev_cum)                                                \
     X(long long, T_LONGLONG, tokens_reasoning_exact)                                   \
     X(long long, T_LONGLONG, tokens_content_exact)                                     \
+    X(long long, T_LONGLONG, tokens_tool_exact)                                        \
     X(long long, T_LONGLONG, unattributed)                                             \
     X(long long, T_LONGLONG, _pending_tokens)                                          \
     X(long long, T_LONGLONG, tokens_textless) /* after the first text: no chunk of theirs */ \
     X(long long, T_LONGLONG, chunks_reasoning)                                         \
     X(long long, T_LONGLONG, chunks_content)                                           \
+    X(long long, T_LONGLONG, chunks_tool)                                              \
     X(int, T_INT, last_channel)                                                        \
     X(char, T_BOOL, done)                                                              \
     X(char, T_BOOL, continuous)                                                        \
@@ -71,6 +74,7 @@
     X(_mixed)            \
     X(_text_reasoning)   \
     X(_text_content)     \
+    X(_text_tool)        \
     X(_spec)
 
 #define SCALAR_FIELD(ctype, member_type, name) ctype name;
@@ -103,6 +107,7 @@ typedef struct {
     int reasoning_text;   /* bool(delta.reasoning if not None else delta.reasoning_content) */
     int content_text;     /* bool(delta.content) */
     int reasoning_content_text;
+    int tool_text;        /* delta.tool_calls is a non-empty list of calls (checked) */
     const char *fr_p;     /* choices[0].finish_reason, a string (NULL: absent or null) */
     Py_ssize_t fr_n;
 } Event;
@@ -418,12 +423,69 @@ static int usage_member(Cursor *c, const char *key, Py_ssize_t n, Event *ev, int
     return skip_value(c, depth + 1) >= 0;
 }
 
+/* A tool call's function: "name" and "arguments" are strings or null (anything else is
+ * malformed on the full path: not certain here). */
+static int function_member(Cursor *c, const char *key, Py_ssize_t n, Event *ev, int depth,
+                           unsigned *seen) {
+    (void)ev;
+    unsigned bit = 0;
+    if (key_is(key, n, "name", 4)) bit = 1;
+    else if (key_is(key, n, "arguments", 9)) bit = 2;
+    if (!bit) return skip_value(c, depth + 1) >= 0;
+    if (!mark(seen, bit)) return 0;
+    if (*c->p == 'n') return scan_literal(c, "null", 4);
+    if (*c->p != '"') return 0;
+    const char *s;
+    Py_ssize_t len;
+    return scan_string(c, &s, &len);
+}
+
+/* One of delta.tool_calls: an object whose "function" is an object or null. */
+static int call_member(Cursor *c, const char *key, Py_ssize_t n, Event *ev, int depth,
+                       unsigned *seen) {
+    if (!key_is(key, n, "function", 8)) return skip_value(c, depth + 1) >= 0;
+    if (!mark(seen, 1)) return 0;
+    if (*c->p == 'n') return scan_literal(c, "null", 4);
+    if (*c->p != '{') return 0;
+    return scan_object(c, ev, depth + 1, function_member);
+}
+
+/* delta.tool_calls: null, or a list of calls (non-empty: a tool-call chunk). */
+static int scan_tool_calls(Cursor *c, Event *ev, int depth) {
+    if (*c->p == 'n') return scan_literal(c, "null", 4);
+    if (*c->p != '[') return 0; /* not a list: malformed on the full path */
+    c->p++;
+    skip_ws(c);
+    if (c->p < c->end && *c->p == ']') {
+        c->p++;
+        return 1;
+    }
+    for (;;) {
+        skip_ws(c);
+        if (c->p >= c->end || *c->p != '{') return 0; /* a call must be an object */
+        if (!scan_object(c, ev, depth + 1, call_member)) return 0;
+        skip_ws(c);
+        if (c->p >= c->end) return 0;
+        if (*c->p == ']') {
+            c->p++;
+            ev->tool_text = 1;
+            return 1;
+        }
+        if (*c->p != ',') return 0;
+        c->p++;
+    }
+}
+
 static int delta_member(Cursor *c, const char *key, Py_ssize_t n, Event *ev, int depth,
                         unsigned *seen) {
     unsigned bit = 0;
     if (key_is(key, n, "content", 7)) bit = 1;
     else if (key_is(key, n, "reasoning", 9)) bit = 2;
     else if (key_is(key, n, "reasoning_content", 17)) bit = 4;
+    else if (key_is(key, n, "tool_calls", 10)) {
+        if (!mark(seen, 8)) return 0;
+        return scan_tool_calls(c, ev, depth + 1);
+    }
     if (!bit) return skip_value(c, depth + 1) >= 0;
     if (!mark(seen, bit)) return 0;
     if (*c->p == 'n') {
@@ -497,6 +559,16 @@ static int root_member(Cursor *c, const char *key, Py_ssize_t n, Event *ev, int 
     /* Per-request metrics (vLLM's metrics.speculative_decoding, on the last chunk): the
      * full path keeps them. */
     if (key_is(key, n, "metrics", 7)) return 0;
+    /* A server's error event ({"error": ...}, or "object": "error"): the full path says
+     * server_error with its message. */
+    if (key_is(key, n, "error", 5)) return 0;
+    if (key_is(key, n, "object", 6) && *c->p == '"') {
+        const char *s;
+        Py_ssize_t len;
+        if (!scan_string(c, &s, &len)) return 0;
+        if (memchr(s, '\\', (size_t)len) != NULL || key_is(s, len, "error", 5)) return 0;
+        return 1;
+    }
     if (key_is(key, n, "usage", 5)) {
         if (!mark(seen, 2)) return 0;
         if (*c->p == 'n') return scan_literal(c, "null", 4);
@@ -535,7 +607,8 @@ static int scan_event(const char *p, Py_ssize_t n, Event *ev) {
     ev->reasoning_text = ev->reasoning_text == 2;
     ev->content_text = ev->content_text == 2;
     if (ev->choices_none && ev->usage_none) return 0; /* malformed: the full path says so */
-    if (ev->reasoning_text && ev->content_text) return 0; /* both channels: full path splits */
+    /* several channels in one chunk: the full path splits them */
+    if (ev->reasoning_text + ev->content_text + ev->tool_text > 1) return 0;
     return 1;
 }
 
@@ -650,13 +723,14 @@ static int meter_feed(MeterCore *self, const char *data, Py_ssize_t n, PyObject 
                 self->_prev_cum = ev->cum;
             }
         }
-        if (!ev->reasoning_text && !ev->content_text) {
+        if (!ev->reasoning_text && !ev->content_text && !ev->tool_text) {
             if (ntok > 0 && self->continuous) {
                 if (is_none(self->first_t)) {
                     self->_pending_tokens += ntok;
                 } else {
                     self->tokens_textless += ntok;
-                    if (self->last_channel) self->tokens_content_exact += ntok;
+                    if (self->last_channel == 1) self->tokens_content_exact += ntok;
+                    else if (self->last_channel == 2) self->tokens_tool_exact += ntok;
                     else self->tokens_reasoning_exact += ntok;
                 }
             }
@@ -674,6 +748,9 @@ static int meter_feed(MeterCore *self, const char *data, Py_ssize_t n, PyObject 
             self->chunks_content += 1;
             self->has_content_text = 1;
             if (is_none(self->first_content_t)) set_obj(&self->first_content_t, now_obj);
+        } else if (ev->tool_text) {
+            channel = 2;
+            self->chunks_tool += 1;
         } else {
             channel = 0;
             self->chunks_reasoning += 1;
@@ -681,6 +758,7 @@ static int meter_feed(MeterCore *self, const char *data, Py_ssize_t n, PyObject 
         self->last_channel = channel;
         if (ntok >= 0) {
             if (channel == 1) self->tokens_content_exact += ntok;
+            else if (channel == 2) self->tokens_tool_exact += ntok;
             else self->tokens_reasoning_exact += ntok;
         }
         if (is_none(self->first_t)) {

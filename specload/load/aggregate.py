@@ -14,8 +14,9 @@ Definitions:
 - Per-request figures (TTFT, TTFCT, TPOT, E2E) are exact sample quantiles of
   the completed requests (:func:`specload.histogram.exact_quantile`); ITL is
   per token, from mergeable histograms (within 0.5%).
-- Token totals and means are over completed requests. Failed and unfinished
-  requests are counted by class; their tokens are in ``tokens_received``.
+- Token totals and means are over completed requests, per channel (reasoning,
+  content, tool calls) and in all. Failed and unfinished requests are counted by
+  class; their tokens are in ``tokens_received``.
 - Throughput is over a window: the tokens that *arrived* inside it (of any
   request, whenever it started or ended: :meth:`RequestRecord.tokens_between`)
   divided by its length, so requests long against the window bias nothing.
@@ -57,6 +58,7 @@ class Stats:
     errors: Counter[str] = field(default_factory=Counter)
     tokens_reasoning: int = 0
     tokens_content: int = 0
+    tokens_tool: int = 0
     tokens_received: int = 0  # every request's tokens, failed and unfinished included
     reasoning_truncated: int = 0
     tokens_estimated: int = 0
@@ -89,7 +91,7 @@ class Stats:
 
     @property
     def tokens_output(self) -> int:
-        return self.tokens_reasoning + self.tokens_content
+        return self.tokens_reasoning + self.tokens_content + self.tokens_tool
 
     @property
     def requests(self) -> int:
@@ -136,6 +138,7 @@ class Stats:
             return
         self.tokens_reasoning += r.tokens_reasoning
         self.tokens_content += r.tokens_content
+        self.tokens_tool += r.tokens_tool
         self.token_sources[r.token_count_source] += 1
         if r.token_count_source == "chunks-estimate":
             self.tokens_estimated += 1
@@ -182,6 +185,7 @@ class Stats:
             "unfinished",
             "tokens_reasoning",
             "tokens_content",
+            "tokens_tool",
             "tokens_received",
             "reasoning_truncated",
             "tokens_estimated",
@@ -287,6 +291,7 @@ class Stats:
             "total_output_tokens": self.tokens_output,
             "total_reasoning_tokens": self.tokens_reasoning,
             "total_content_tokens": self.tokens_content,
+            "total_tool_tokens": self.tokens_tool,
             "tokens_received": self.tokens_received,
         }
         for metric in METRICS:
@@ -299,6 +304,7 @@ class Stats:
         out["mean_output_tokens"] = self.tokens_output / n if n else None
         out["mean_reasoning_tokens"] = self.tokens_reasoning / n if n else None
         out["mean_content_tokens"] = self.tokens_content / n if n else None
+        out["mean_tool_tokens"] = self.tokens_tool / n if n else None
         out["reasoning_truncated"] = self.reasoning_truncated
         out["reasoning_truncated_ratio"] = self.reasoning_truncated_ratio
         out["mean_tokens_per_chunk"] = self.tokens_per_chunk

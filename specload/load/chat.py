@@ -26,7 +26,6 @@ from specload.load.failures import RequestFailed
 from specload.load.meter import (
     FAST_PATH,
     MalformedChunk,
-    MalformedUsage,
     StreamMeter,
     TokenCounter,
     TokenIdMeter,
@@ -230,9 +229,9 @@ class ChatRequester:
         except (MalformedChunk, EventTooLarge) as exc:
             # The rest of the stream is unread: the connection cannot be reused.
             self.connection.close()
-            malformed_usage = isinstance(exc, MalformedUsage)
-            record.error_kind = "malformed_usage" if malformed_usage else "malformed"
-            record.error_detail = str(exc)[:_DETAIL_CHARS]
+            # malformed, malformed_usage, or server_error (the server's own error event)
+            record.error_kind = getattr(exc, "kind", "malformed")
+            record.error_detail = self._masked(str(exc))[:_DETAIL_CHARS]
             self._finish_failed(meter, record)
         except Exception as exc:  # a fault of specload's own code: never the user's end
             self._client_error(record, exc)

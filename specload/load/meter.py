@@ -6,7 +6,7 @@ Token counts, best source first:
 
 1. ``exact``: the server honours ``continuous_usage_stats`` — every chunk
    carries cumulative ``usage.completion_tokens``, so each chunk's tokens and
-   its channel (reasoning or content) are known exactly;
+   its channel (reasoning, content or tool calls) are known exactly;
 2. ``usage``: the final usage (``completion_tokens``, and
    ``completion_tokens_details.reasoning_tokens`` for the split when non-zero);
 3. ``tokenizer``: the text of each channel tokenized locally (``--tokenizer``);
@@ -20,7 +20,15 @@ details that are not an object, a cumulative ``completion_tokens`` that goes dow
 or any count beyond what the request allowed (:func:`token_limit`).
 
 Reasoning text is read from ``delta.reasoning`` (vLLM >= 0.16) or
-``delta.reasoning_content`` (older), never both for one chunk.
+``delta.reasoning_content`` (older), never both for one chunk. Tool calls
+(``delta.tool_calls``: a list of calls whose ``function`` carries the ``name`` and
+``arguments`` fragments) are a channel of their own: counted and timed like the
+others (the request ends at its last token of any channel), never reasoning.
+
+A server's own error event inside the stream (vLLM: ``{"error": {"message": ...,
+"type": ..., "code": ...}}``, older versions ``{"object": "error", "message": ...}``)
+raises :class:`ServerErrorEvent` (``error_kind="server_error"``), its message (one
+line, cut) the detail.
 """
 
 from __future__ import annotations
@@ -68,9 +76,72 @@ class TokenCounter(Protocol):
 class MalformedChunk(Exception):
     """A chunk that is not the JSON of a chat completion chunk."""
 
+    kind = "malformed"  # the record's error_kind
+
 
 class MalformedUsage(MalformedChunk):
     """A usage object or token count the meter cannot believe (the detail names the field)."""
+
+    kind = "malformed_usage"
+
+
+class ServerErrorEvent(MalformedChunk):
+    """The server's own error event in the stream (or a 2xx error object): the detail
+    is its type, code and message, one line, cut."""
+
+    kind = "server_error"
+
+
+# Characters of a server's error message kept in the detail (the record cuts at 200).
+_SERVER_MESSAGE_CHARS = 160
+
+
+def _server_error(obj: dict[str, Any]) -> ServerErrorEvent | None:
+    """The error event ``obj`` is (``{"error": ...}`` not null, or ``"object": "error"``),
+    else None."""
+    err = obj.get("error")
+    if err is not None:
+        body = err if type(err) is dict else {"message": err}
+    elif obj.get("object") == "error":
+        body = obj
+    else:
+        return None
+    message = body.get("message")
+    text = message if type(message) is str and message.strip() else "(no message)"
+    head = " ".join(
+        str(v)
+        for v in (body.get("type"), body.get("code"))
+        if type(v) in (str, int) and str(v).strip()
+    )
+    detail = f"{head}: {text}" if head else text
+    # One line of printable text: a message may hold newlines or terminal escapes.
+    detail = " ".join("".join(c if c.isprintable() else " " for c in detail).split())
+    if len(detail) > _SERVER_MESSAGE_CHARS:
+        detail = detail[: _SERVER_MESSAGE_CHARS - 3] + "..."
+    return ServerErrorEvent(f"the server's error event: {detail}")
+
+
+def _tool_text(calls: list[Any], payload: bytes) -> str:
+    """The text of ``delta.tool_calls`` (each call's function name and arguments fragment);
+    a call that is not an object, a ``function`` that is not an object or null, a name or
+    arguments that is not a string or null: malformed."""
+    parts: list[str] = []
+    for call in calls:
+        if type(call) is not dict:
+            raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
+        function = call.get("function")
+        if function is None:
+            continue
+        if type(function) is not dict:
+            raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
+        for key in ("name", "arguments"):
+            value = function.get(key)
+            if value is None:
+                continue
+            if type(value) is not str:
+                raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
+            parts.append(value)
+    return "".join(parts)
 
 
 def _show(value: Any) -> str:
@@ -106,14 +177,16 @@ class CoreState:
     _chunk_tokens: list[int]
     chunks_reasoning: int
     chunks_content: int
+    chunks_tool: int
     continuous: bool
     _prev_cum: int
     tokens_reasoning_exact: int
     tokens_content_exact: int
+    tokens_tool_exact: int
     unattributed: int
     _pending_tokens: int
     tokens_textless: int
-    _mixed: list[tuple[int, str, str]]
+    _mixed: list[tuple[int, str, str, str]]
     last_channel: int
     _usage: dict[str, Any] | bytes | None
     finish_reason: str | None
@@ -121,6 +194,7 @@ class CoreState:
     sse_pending: bool
     _text_reasoning: list[str]
     _text_content: list[str]
+    _text_tool: list[str]
     _spec: Any
 
 
@@ -178,21 +252,24 @@ class _MeterLogic(_StateBase):
         self._chunk_tokens = []
         self.chunks_reasoning = 0
         self.chunks_content = 0
+        self.chunks_tool = 0
         self.continuous = True  # until a token-bearing chunk arrives without usage
         self._prev_cum = 0
         self.tokens_reasoning_exact = 0
         self.tokens_content_exact = 0
+        self.tokens_tool_exact = 0
         self.unattributed = 0
         self._pending_tokens = 0  # tokens announced before any text (a role chunk)
         self.tokens_textless = 0  # tokens in chunks without text after the first text
-        self._mixed = []  # chunks with both channels
-        self.last_channel = 0  # 0 reasoning, 1 content
+        self._mixed = []  # chunks with several channels: (tokens, reasoning, content, tool)
+        self.last_channel = 0  # 0 reasoning, 1 content, 2 tool calls
         self._usage = None  # the last usage: a dict, or its raw JSON (from the fast path)
         self.finish_reason = None
         self.has_content_text = False
         self.sse_pending = False  # the SSE decoder holds part of an event: no fast path
         self._text_reasoning = []
         self._text_content = []
+        self._text_tool = []
         self._spec = None  # the server's metrics.speculative_decoding (the last chunk's)
 
     @property
@@ -218,9 +295,14 @@ class _MeterLogic(_StateBase):
                 raise MalformedChunk(payload[:80].decode("utf-8", "replace")) from None
         if type(obj) is not dict:
             raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
+        if "error" in obj or obj.get("object") == "error":
+            server_error = _server_error(obj)
+            if server_error is not None:
+                raise server_error
         usage = obj.get("usage")
         choices = obj.get("choices")
         reasoning = content = fr = None
+        tool: str | None = None  # the tool calls' text ("" for calls without any)
         if choices:
             if type(choices) is not list or type(choices[0]) is not dict:
                 raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
@@ -237,6 +319,12 @@ class _MeterLogic(_StateBase):
                     content is None or type(content) is str
                 ):
                     raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
+                calls = delta.get("tool_calls")
+                if calls is not None:
+                    if type(calls) is not list:
+                        raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
+                    if calls:
+                        tool = _tool_text(calls, payload)
             fr = choice.get("finish_reason")
             if fr is not None and type(fr) is not str:
                 raise MalformedChunk(payload[:80].decode("utf-8", "replace"))
@@ -280,8 +368,7 @@ class _MeterLogic(_StateBase):
                 self._spec = spec
         if fr is not None:
             self.finish_reason = fr
-        has_text = bool(reasoning) or bool(content)
-        if not has_text:
+        if not (reasoning or content or tool is not None):
             if ntok > 0 and self.continuous:
                 # Tokens without text: before any text they belong to the first text chunk;
                 # after (a stop token, a final chunk), to the channel before.
@@ -289,8 +376,11 @@ class _MeterLogic(_StateBase):
                     self._pending_tokens += ntok
                 else:
                     self.tokens_textless += ntok
-                    if self.last_channel:
+                    last = self.last_channel
+                    if last == 1:
                         self.tokens_content_exact += ntok
+                    elif last == 2:
+                        self.tokens_tool_exact += ntok
                     else:
                         self.tokens_reasoning_exact += ntok
             return
@@ -299,33 +389,39 @@ class _MeterLogic(_StateBase):
         elif self._pending_tokens:
             ntok += self._pending_tokens
             self._pending_tokens = 0
+        channel = -1  # several channels in one chunk: split later
+        if reasoning:
+            channel = 0
+            self.chunks_reasoning += 1
         if content:
-            channel = 1
+            channel = 1 if channel < 0 else 3
             self.chunks_content += 1
             self.has_content_text = True
             if self.first_content_t is None:
                 self.first_content_t = now
-            if reasoning:
-                # Both channels in one chunk: split later.
-                channel = 2
-                self.chunks_reasoning += 1
-        else:
-            channel = 0
-            self.chunks_reasoning += 1
-        self.last_channel = 1 if channel else 0
+        if tool is not None:
+            channel = 2 if channel < 0 else 3
+            self.chunks_tool += 1
+        # the chunk's last channel (reasoning comes before the answer, the answer's text
+        # before its calls): where the tokens of chunks without text after it go
+        self.last_channel = 2 if tool is not None else 1 if content else 0
         if self.want_text:
             if reasoning:
                 self._text_reasoning.append(reasoning)
             if content:
                 self._text_content.append(content)
+            if tool:
+                self._text_tool.append(tool)
         if ntok >= 0:
             if channel == 1:
                 self.tokens_content_exact += ntok
             elif channel == 0:
                 self.tokens_reasoning_exact += ntok
+            elif channel == 2:
+                self.tokens_tool_exact += ntok
             else:
                 self.unattributed += ntok
-                self._mixed.append((ntok, reasoning, content))  # type: ignore[arg-type]
+                self._mixed.append((ntok, reasoning or "", content or "", tool or ""))
         if self.first_t is None:
             self.first_t = now
         else:
@@ -369,9 +465,10 @@ class _MeterLogic(_StateBase):
     ) -> None:
         """Fill ``record``'s timings, tokens and ITL histograms.
 
-        E2E of a complete stream ends at its last token-bearing chunk, as vLLM's
-        benchmark does (the usage chunk and ``[DONE]`` that follow carry no token);
-        of anything else, at ``end`` (perf_counter).
+        E2E of a complete stream ends at its last token-bearing chunk of any channel
+        (reasoning, content or tool calls), as vLLM's benchmark does (the usage chunk
+        and ``[DONE]`` that follow carry no token); of anything else, at ``end``
+        (perf_counter).
         """
         t0 = self.t0
         if self.done and self.first_t is not None:
@@ -391,13 +488,15 @@ class _MeterLogic(_StateBase):
         usage = self.final_usage
         if usage is not None and usage.get("prompt_tokens") is not None:
             record.prompt_tokens = int(usage["prompt_tokens"])  # checked by feed
-        reasoning, content, source, split = self._tokens(usage, tokenizer, chunks)
+        reasoning, content, tool, source, split = self._tokens(usage, tokenizer)
         record.tokens_reasoning = reasoning
         record.tokens_content = content
-        record.tokens_output = reasoning + content
+        record.tokens_tool = tool
+        record.tokens_output = reasoning + content + tool
         record.token_count_source = source
         record.channel_split_source = split
-        record.reasoning_truncated = self.finish_reason == "length" and content == 0
+        # cut at max_tokens before any answer token (text or call)
+        record.reasoning_truncated = self.finish_reason == "length" and content + tool == 0
         if record.ttft_s is not None and record.tokens_output > 1:
             record.tpot_s = (record.e2e_s - record.ttft_s) / (record.tokens_output - 1)
         gaps = self._gaps
@@ -446,10 +545,14 @@ class _MeterLogic(_StateBase):
     def _step_content_start(self, record: RequestRecord, split: str, source: str) -> int | None:
         """Where the first step whose first token is content starts (output tokens before
         it): the first content token with an exact split; with one chunk of both channels
-        (reasoning first: a step that ended the reasoning), the chunk after it."""
+        (reasoning first: a step that ended the reasoning), the chunk after it. Tool calls
+        count as content here: the channels of speculation are the reasoning and what
+        follows it."""
         if split in ONE_SPLIT:
             return record.tokens_reasoning
         if source == "exact" and len(self._mixed) == 1:
+            if not self._mixed[0][1]:  # no reasoning in it: the answer's text and a call
+                return self.tokens_reasoning_exact
             return self.tokens_reasoning_exact + self.unattributed
         return None
 
@@ -517,27 +620,30 @@ class _MeterLogic(_StateBase):
         return out
 
     def _tokens(
-        self,
-        usage: dict[str, Any] | None,
-        tokenizer: TokenCounter | None,
-        chunks: int,
-    ) -> tuple[int, int, str, str]:
+        self, usage: dict[str, Any] | None, tokenizer: TokenCounter | None
+    ) -> tuple[int, int, int, str, str]:
+        """(reasoning, content, tool) tokens, their source and how they were split."""
         if self.continuous and self._prev_cum > 0:
             reasoning = self.tokens_reasoning_exact
             content = self.tokens_content_exact
+            tool = self.tokens_tool_exact
             if self._pending_tokens:  # tokens but never any text
                 reasoning += self._pending_tokens
             if self._mixed:
-                for ntok, r_text, c_text in self._mixed:
+                for ntok, *texts in self._mixed:
                     if tokenizer is not None:
-                        r, c = tokenizer.count(r_text), tokenizer.count(c_text)
+                        weights = [tokenizer.count(t) for t in texts]
                     else:
-                        r, c = len(r_text), len(c_text)
-                    moved = round(ntok * r / (r + c)) if r + c else ntok
-                    reasoning += moved
-                    content += ntok - moved
-                return reasoning, content, "exact", "tokenizer" if tokenizer else "text-estimate"
-            return reasoning, content, "exact", "exact"
+                        weights = [len(t) for t in texts]
+                    if not sum(weights):
+                        weights = [1 if t else 0 for t in texts]  # calls without text
+                    r, c, t = _split(ntok, weights)
+                    reasoning += r
+                    content += c
+                    tool += t
+                split = "tokenizer" if tokenizer else "text-estimate"
+                return reasoning, content, tool, "exact", split
+            return reasoning, content, tool, "exact", "exact"
         total = None
         if usage is not None and usage.get("completion_tokens") is not None:
             total = int(usage["completion_tokens"])
@@ -545,35 +651,63 @@ class _MeterLogic(_StateBase):
             details = usage.get("completion_tokens_details") if usage else None
             r_details = (details or {}).get("reasoning_tokens") or 0
             if r_details > 0:
+                # The reasoning is counted; the rest is the answer's text and its calls.
                 r_details = min(int(r_details), total)
-                return r_details, total - r_details, "usage", "usage-details"
-            if self.chunks_content == 0:
-                return total, 0, "usage", "single-channel"
-            if self.chunks_reasoning == 0:
-                return 0, total, "usage", "single-channel"
-            r_share = self._share_reasoning(tokenizer)
-            reasoning = round(total * r_share)
-            if tokenizer is not None:
-                split = "tokenizer"
-            else:
-                split = "text-estimate" if self.want_text else "chunks-estimate"
-            return reasoning, total - reasoning, "usage", split
+                rest = total - r_details
+                if not (self.chunks_content and self.chunks_tool):
+                    if self.chunks_tool:
+                        return r_details, 0, rest, "usage", "usage-details"
+                    return r_details, rest, 0, "usage", "usage-details"
+                _, content, tool = _split(rest, [0, *self._weights(tokenizer)[1:]])
+                return r_details, content, tool, "usage", self._estimate_name(tokenizer)
+            present = [self.chunks_reasoning, self.chunks_content, self.chunks_tool]
+            if sum(1 for n in present if n) <= 1:
+                # one channel (none: reasoning, as a stream of tokens without text)
+                only = present.index(max(present)) if any(present) else 0
+                counts = [0, 0, 0]
+                counts[only] = total
+                return counts[0], counts[1], counts[2], "usage", "single-channel"
+            r, c, t = _split(total, self._weights(tokenizer))
+            return r, c, t, "usage", self._estimate_name(tokenizer)
         if tokenizer is not None and self.want_text:
-            reasoning = tokenizer.count("".join(self._text_reasoning))
-            content = tokenizer.count("".join(self._text_content))
-            return reasoning, content, "tokenizer", "tokenizer"
-        return self.chunks_reasoning, self.chunks_content, "chunks-estimate", "chunks-estimate"
+            r, c, t = (
+                tokenizer.count("".join(texts))
+                for texts in (self._text_reasoning, self._text_content, self._text_tool)
+            )
+            return r, c, t, "tokenizer", "tokenizer"
+        return (
+            self.chunks_reasoning,
+            self.chunks_content,
+            self.chunks_tool,
+            "chunks-estimate",
+            "chunks-estimate",
+        )
 
-    def _share_reasoning(self, tokenizer: TokenCounter | None) -> float:
+    def _estimate_name(self, tokenizer: TokenCounter | None) -> str:
+        if tokenizer is not None:
+            return "tokenizer"
+        return "text-estimate" if self.want_text else "chunks-estimate"
+
+    def _weights(self, tokenizer: TokenCounter | None) -> list[int]:
+        """Each channel's share of the tokens, as best known: its text's tokens, its text's
+        characters, else its chunks."""
+        texts = (self._text_reasoning, self._text_content, self._text_tool)
         if tokenizer is not None and self.want_text:
-            r = tokenizer.count("".join(self._text_reasoning))
-            c = tokenizer.count("".join(self._text_content))
-        elif self.want_text:
-            r = sum(len(t) for t in self._text_reasoning)
-            c = sum(len(t) for t in self._text_content)
-        else:
-            r, c = self.chunks_reasoning, self.chunks_content
-        return r / (r + c) if r + c else 0.0
+            return [tokenizer.count("".join(t)) for t in texts]
+        if self.want_text:
+            return [sum(len(x) for x in t) for t in texts]
+        return [self.chunks_reasoning, self.chunks_content, self.chunks_tool]
+
+
+def _split(total: int, weights: list[int]) -> tuple[int, int, int]:
+    """``total`` split over three channels in proportion to ``weights`` (rounded so that
+    the parts add up to ``total``: each boundary rounded once); no weight: all reasoning."""
+    w = sum(weights)
+    if not w:
+        return total, 0, 0
+    first = round(total * (weights[0] / w))
+    second = round(total * ((weights[0] + weights[1]) / w))
+    return first, second - first, total - second
 
 
 def _add_per_token(hist: Histogram, gaps: list[float], tokens: list[int]) -> None:
@@ -619,8 +753,8 @@ class TokenIdMeter(PyStreamMeter):
 
     Every chunk goes through :meth:`feed` (no fused reader): ``prompt_token_ids`` at the
     top level of a chunk (the first, streamed), ``token_ids`` in its ``choices[0]``.
-    ``content_start``: output ids before the first content chunk; a chunk with both
-    channels (a non-streamed answer) is split in proportion to their text.
+    ``content_start``: output ids before the first chunk of the answer (content or tool
+    calls); a chunk with both (a non-streamed answer) is split in proportion to their text.
     """
 
     __slots__ = ("content_start", "output_ids", "prompt_ids")
@@ -663,10 +797,13 @@ class TokenIdMeter(PyStreamMeter):
             out = self.output_ids = []
         if self.content_start is None:
             delta = choice.get("delta") or {}
-            content = delta.get("content")
-            if content:
+            answer = delta.get("content") or ""
+            calls = delta.get("tool_calls")
+            if calls:  # checked by the base: a call starts the answer too, text or none
+                answer += _tool_text(calls, payload) or " "
+            if answer:
                 reasoning = delta.get("reasoning") or delta.get("reasoning_content") or ""
-                before = round(len(ids) * len(reasoning) / (len(reasoning) + len(content)))
+                before = round(len(ids) * len(reasoning) / (len(reasoning) + len(answer)))
                 self.content_start = len(out) + before
         out.extend(ids)
 
@@ -701,7 +838,11 @@ else:
 
 
 def meter_message(message: dict[str, Any], meter: StreamMeter, now: float) -> None:
-    """Account a non-streamed response (``choices[0].message``) as one chunk."""
+    """Account a non-streamed response (``choices[0].message``) as one chunk; an error
+    object (a 2xx that is the server's error) raises :class:`ServerErrorEvent`."""
+    server_error = _server_error(message)
+    if server_error is not None:
+        raise server_error
     choices = message.get("choices") or [{}]
     if type(choices) is not list or type(choices[0]) is not dict:
         raise MalformedChunk("response choices are not a list of objects")
@@ -712,6 +853,8 @@ def meter_message(message: dict[str, Any], meter: StreamMeter, now: float) -> No
     if reasoning is None:
         reasoning = msg.get("reasoning_content")
     delta = {"reasoning": reasoning, "content": msg.get("content")}
+    if msg.get("tool_calls") is not None:
+        delta["tool_calls"] = msg["tool_calls"]
     chunk: dict[str, Any] = {
         "choices": [{"delta": delta, "finish_reason": choices[0].get("finish_reason")}]
     }

@@ -47,7 +47,9 @@ class _Series:
             **{n: BucketCounts(ITL_BUCKETS_S) for n in _PER_TOKEN},
         }
     )
-    tokens: dict[str, int] = field(default_factory=lambda: {"reasoning": 0, "content": 0})
+    tokens: dict[str, int] = field(
+        default_factory=lambda: {"reasoning": 0, "content": 0, "tool": 0}
+    )
     outcomes: dict[str, int] = field(default_factory=lambda: {"ok": 0, "failed": 0})
     errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     truncated: int = 0
@@ -95,6 +97,7 @@ class ClientMetrics:
         s = self._get(r)
         s.tokens["reasoning"] += r.tokens_reasoning
         s.tokens["content"] += r.tokens_content
+        s.tokens["tool"] += r.tokens_tool
         s.chunks += r.chunks
         s.coalesced += r.chunks_coalesced
         if r.ok:
@@ -148,7 +151,7 @@ class ClientMetrics:
             yield fam
         tok = CounterMetricFamily(
             "specload_client_output_tokens",
-            "Output tokens received, by channel.",
+            "Output tokens received, by channel (reasoning, content, tool calls).",
             labels=(*LABELS, "channel"),
         )
         req = CounterMetricFamily(

@@ -14,20 +14,26 @@ TOKEN_SOURCES = ("exact", "usage", "tokenizer", "chunks-estimate")
 # ``malformed_usage``: a usage object or token count the meter cannot believe;
 # ``unfinished``: still in flight at the drain deadline (partial tokens kept);
 # ``client_error``: a fault inside specload's own meter (never the target's);
+# ``bad_request``: a request whose body could not be built, never sent (the prompt loaders
+# refuse what cannot be sent: only a bug, or a model name the server gave, gets there);
 # ``content_encoding``: a 2xx answer with a content coding (gzip...), never asked for;
-# ``content_type``: a 2xx answer that is not text/event-stream (streamed) or JSON.
+# ``content_type``: a 2xx answer that is not text/event-stream (streamed) or JSON;
+# ``server_error``: the server's own error event inside the stream (or a 2xx error object),
+# its message the detail.
 ERROR_KINDS = (
     "refused",
     "reset",
     "timeout",
     "malformed",
     "malformed_usage",
+    "server_error",
     "no_done",
     "protocol",
     "content_type",
     "content_encoding",
     "unfinished",
     "client_error",
+    "bad_request",
     "http_<code>",
 )
 
@@ -42,8 +48,12 @@ ARRIVAL_SAMPLE_S = 0.5
 class RequestRecord:
     """One request, as measured by the client. Times in seconds.
 
+    Output tokens come in three channels: ``tokens_reasoning``, ``tokens_content``
+    (the answer's text) and ``tokens_tool`` (tool calls: their function names and
+    argument fragments); ``tokens_output`` is their sum.
     ``ttft_s``: first token of any channel; ``ttfct_s``: first content token
-    (after reasoning); ``tpot_s = (e2e_s - ttft_s) / (tokens_output - 1)``.
+    (after reasoning); ``tpot_s = (e2e_s - ttft_s) / (tokens_output - 1)``, ``e2e_s``
+    ending at the last token of any channel.
     ``token_count_source``: ``exact`` (cumulative usage on every chunk),
     ``usage`` (final usage), ``tokenizer`` (local tokenizer on the text) or
     ``chunks-estimate`` (chunks counted — an estimate). ``channel_split_source``
@@ -72,6 +82,7 @@ class RequestRecord:
     tpot_s: float | None = None
     tokens_reasoning: int = 0
     tokens_content: int = 0
+    tokens_tool: int = 0
     tokens_output: int = 0
     prompt_tokens: int | None = None
     chunks: int = 0  # chunks carrying at least one token
@@ -88,8 +99,9 @@ class RequestRecord:
     itl_token_hist: Histogram | None = field(default=None, repr=False)
     itl_chunk_hist: Histogram | None = field(default=None, repr=False)
     # Token ids (``--record-token-ids``; None otherwise or when the server sent none):
-    # the prompt's, the output's, and how many output ids came before the first content
-    # chunk (None: no content). Not part of :meth:`to_dict` unless asked (tokens.jsonl).
+    # the prompt's, the output's, and how many output ids came before the first chunk of
+    # the answer, content or tool calls (None: no answer). Not part of :meth:`to_dict`
+    # unless asked (tokens.jsonl).
     # Speculative decoding (specload.load.specdecode): the server's per-request counts,
     # split by channel where known; None when the server sent none.
     spec_decode: dict[str, Any] | None = None

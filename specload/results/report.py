@@ -123,6 +123,8 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
         lines += ["", "## Warnings", ""]
         lines += [f"- {load} {label}: {w}" for label, w in warnings]
         lines += [f"- {load} {label}: flagged {f}" for label, f in flagged]
+    # tool calls: a column of their own when any level has some (means per request)
+    tools = any((level.get("total_tool_tokens") or 0) > 0 for level in levels)
     lines += [
         "",
         "## Levels",
@@ -131,13 +133,15 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
         "that ended inside reasoning at max_tokens (their TTFCT is missing).",
         "",
         f"| {load} | n | failed | unfinished | out tok/s | median TPOT ms | p90 TPOT ms "
-        "| median TTFT ms | median TTFCT ms | reasoning tok | content tok | truncated "
-        "| tok/chunk | acceptance | flags |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| median TTFT ms | median TTFCT ms | reasoning tok | content tok "
+        + ("| tool tok " if tools else "")
+        + "| truncated | tok/chunk | acceptance | flags |",
+        "|---" * (15 + tools) + "|",
     ]
     for level in levels:
         server = level.get("server") or {}
         acc = server.get("spec_decode_acceptance_rate")
+        tool = f"| {fmt(level.get('mean_tool_tokens'))} " if tools else ""
         lines.append(
             f"| {level_label(level)}{'' if level.get('complete', True) else ' (partial)'} "
             f"| {fmt(level.get('completed'))} | {fmt(level.get('failed'))} "
@@ -145,7 +149,7 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
             f"| {fmt(level.get('median_tpot_ms'), 2)} | {fmt(level.get('p90_tpot_ms'), 2)} "
             f"| {fmt(level.get('median_ttft_ms'))} | {fmt(level.get('median_ttfct_ms'))} "
             f"| {fmt(level.get('mean_reasoning_tokens'))} "
-            f"| {fmt(level.get('mean_content_tokens'))} "
+            f"| {fmt(level.get('mean_content_tokens'))} {tool}"
             f"| {_truncated(level)} | {fmt(level.get('mean_tokens_per_chunk'), 2)} "
             f"| {fmt(acc, 3) if acc is not None else '-'} "
             f"| {', '.join(str(f) for f in level.get('flags') or []) or '-'} |"

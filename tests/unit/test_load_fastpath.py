@@ -299,6 +299,46 @@ WEIRD: list[bytes] = [
     b"",
     b"[DONE] ",
     b"[DONE]",
+    # tool calls: their own channel, or malformed, as the full path says
+    b'{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\\"a\\""}}]}}],'
+    b'"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"tool_calls":[{"id":"c","type":"function","index":0,'
+    b'"function":{"name":"f","arguments":""}}]}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"tool_calls":null}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"tool_calls":[]}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"tool_calls":[{}]}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"tool_calls":[{"function":null}]}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"tool_calls":[{"function":{"name":null,"arguments":null}}]}}],'
+    b'"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"tool_calls":"x"}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"tool_calls":{}}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"tool_calls":[1]}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"tool_calls":[{"function":"f"}]}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":5}}]}}],'
+    b'"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"a","arguments":5}}]}}],'
+    b'"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"tool_calls":[{"function":{"\\u0061rguments":5}}]}}],'
+    b'"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"tool_calls":[{"\\u0066unction":"f"}]}}],'
+    b'"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"tool_calls":[{"function":{"arguments":"a"}},{"function":7}]}}],'
+    b'"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"tool_calls":[],"tool_calls":[{}]}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":"x","tool_calls":[{"function":{"arguments":"a"}}]}}],'
+    b'"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"reasoning":"x","tool_calls":[{"function":{"arguments":"a"}}]}}],'
+    b'"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":"","tool_calls":[{"function":{"arguments":"a"}}]}}],'
+    b'"usage":{"completion_tokens":5}}',
+    # a server's own error event: server_error on every path
+    b'{"error":{"message":"boom","type":"InternalServerError","param":null,"code":500}}',
+    b'{"object":"error","message":"boom","type":"BadRequestError","code":400}',
+    b'{"object":"err\\u006fr","message":"boom","choices":[],"usage":{"completion_tokens":5}}',
+    b'{"error":null,"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":5}}',
+    b'{"choices":[{"delta":{"content":"x"}}],"usage":{"completion_tokens":5},"error":{}}',
+    b'{"object":"chat.completion.chunk","choices":[{"delta":{"content":"x"}}],'
+    b'"usage":{"completion_tokens":5}}',
 ]
 
 
@@ -307,6 +347,41 @@ def test_odd_chunks_give_what_the_full_path_gives(payload: bytes) -> None:
     events = vllm_stream(3, 2)
     events.insert(3, event(payload))
     check_same(one_read_per_chunk(wire(events)), expect_fused=False)
+
+
+def tool_stream(n_reason: int, n_tool: int) -> list[bytes]:
+    """vLLM's events for reasoning, then one tool call (its head, then argument fragments),
+    then nothing else: a finishing chunk without a token, the usage chunk, [DONE]."""
+    events = [delta_chunk({"role": "assistant", "content": ""}, 0)]
+    for i in range(n_reason + n_tool):
+        if i < n_reason:
+            delta: dict[str, Any] = {"reasoning": "tok"}
+        elif i == n_reason:
+            call = {"id": "call-1", "type": "function", "index": 0, "function": {"name": "f"}}
+            delta = {"tool_calls": [call]}
+        else:
+            delta = {"tool_calls": [{"index": 0, "function": {"arguments": '{"a": "b"'}}]}
+        events.append(delta_chunk(delta, i + 1))
+    total = n_reason + n_tool
+    events.append(delta_chunk({"content": ""}, total, "tool_calls"))
+    events.append(event({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": total}}))
+    events.append(event(b"[DONE]"))
+    return events
+
+
+@pytest.mark.parametrize("per_chunk_events", [1, 3])
+def test_tool_call_stream_is_fused_and_exact(per_chunk_events: int) -> None:
+    reads = one_read_per_chunk(wire(tool_stream(6, 9), per_chunk_events))
+    state, err = check_same(reads, expect_fused=True)
+    assert not err
+    rec = state["record"]
+    assert (rec["tokens_reasoning"], rec["tokens_content"], rec["tokens_tool"]) == (6, 0, 9)
+    assert rec["token_count_source"] == rec["channel_split_source"] == "exact"
+    assert rec["finish_reason"] == "tool_calls" and not rec["reasoning_truncated"]
+    assert state["chunks_tool"] == 9 and state["chunks_reasoning"] == 6
+    # the request ends at the call's last fragment, not at the last reasoning chunk
+    last_token_read = 1 + 15 // per_chunk_events  # the head, then events 0..15 (role first)
+    assert rec["e2e_s"] == pytest.approx(1.0 + last_token_read * 0.005 - 0.5)
 
 
 FRAMES: list[bytes] = [

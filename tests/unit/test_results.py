@@ -14,6 +14,7 @@ from specload.histogram import Histogram
 from specload.load.records import RequestRecord
 from specload.results import ResultsWriter, read_requests, read_summary, summary_schema
 from specload.results.aggregate import LevelAggregate, aggregate_records, as_record
+from specload.results.report import summary_markdown
 
 pytestmark = pytest.mark.unit
 
@@ -101,6 +102,27 @@ def test_level_numbers_and_categories():
     # per-token ITL merged from every request's histogram
     assert out["median_itl_ms"] == pytest.approx(out["median_tpot_ms"], rel=0.01)
     assert math["output_throughput"] + coding["output_throughput"] == pytest.approx(150.0)
+
+
+def test_tool_call_tokens_are_a_channel_of_their_own():
+    agg = LevelAggregate()
+    for _ in range(4):
+        rec = as_record(record(reasoning=30, content=0))
+        rec.tokens_tool = 20  # reasoning, then a call of 20 tokens
+        rec.tokens_output = 50
+        agg.add(rec)
+    agg.add(as_record(record(reasoning=30, content=10)))
+    out = agg.result(duration_s=10.0, windowed=False)
+    assert (out["total_reasoning_tokens"], out["total_content_tokens"]) == (150, 10)
+    assert out["total_tool_tokens"] == 80 and out["mean_tool_tokens"] == 16.0
+    assert out["total_output_tokens"] == 240 and out["output_throughput"] == 24.0
+    assert out["categories"]["math"]["total_tool_tokens"] == 80
+    level = {"name": "c1", "concurrency": 1, "complete": True, **out}
+    text = summary_markdown({"status": "complete", "mode": "closed", "levels": [level]})
+    head = next(line for line in text.splitlines() if "content tok" in line)
+    assert "| content tok | tool tok | truncated |" in head
+    row = text.splitlines()[text.splitlines().index(head) + 2]
+    assert row.count("|") == head.count("|") and "| 2.0 | 16.0 | 0 (0%) |" in row
 
 
 def test_aggregate_records_only_takes_its_step():
