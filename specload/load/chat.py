@@ -3,13 +3,19 @@
 Faults in the target never escape: every failure becomes a record with
 ``ok=False`` and an ``error_kind`` (``refused``, ``reset``, ``timeout``,
 ``http_<code>``, ``content_type``, ``malformed``, ``malformed_usage``, ``no_done``,
-``protocol``). A 2xx answer must be ``text/event-stream`` (streamed) or JSON (not
-streamed), else it fails as ``content_type`` (detail: the type received, then the
-start of the body). :attr:`ChatRequester.retry_after_s` is the wait the last
-failed answer asked for (``Retry-After``), for the user's pacing.
+``protocol``, ``bad_request``). A 2xx answer must be ``text/event-stream`` (streamed)
+or JSON (not streamed), else it fails as ``content_type`` (detail: the type
+received, then the start of the body). :attr:`ChatRequester.retry_after_s` is the
+wait the last failed answer asked for (``Retry-After``), for the user's pacing.
 Nor do faults of specload's own meter and parsers (a bug): such a request ends
 as ``client_error`` (the exception's type and message), its connection closed,
-and the user goes on.
+and the user goes on. A request whose body cannot be built (a prompt that is not
+UTF-8 text, a number JSON cannot hold: the loaders refuse such prompts, so only a
+bug or a model name from the server gets here) is never sent: it ends at once as
+``bad_request``, the connection untouched.
+
+Nothing of a prompt reaches an HTTP header: the ``X-Specload-Category`` header (the
+simulator's hint) is sent only for the built-in categories, from a fixed table.
 """
 
 from __future__ import annotations
@@ -34,12 +40,26 @@ from specload.load.meter import (
 from specload.load.options import WARMUP_SUFFIX
 from specload.load.records import RequestRecord
 from specload.load.response import FastReader
-from specload.prompts import Prompt
+from specload.prompts import CATEGORIES, Prompt
 from specload.sse import EventTooLarge, SSEDecoder
 from specload.urls import ServerURL
 
 DEFAULT_TIMEOUT_S = 600.0
 _DETAIL_CHARS = 200
+# The category hint for the simulator (simulator.workload.CATEGORY_HEADER), a fixed
+# header line per built-in category: a category from a file never becomes header bytes.
+_CATEGORY_HEADERS: dict[str, bytes] = {
+    c: f"X-Specload-Category: {c}\r\n".encode("ascii") for c in CATEGORIES
+}
+
+
+def _writable(text: str) -> str:
+    """``text`` as UTF-8 can hold it: a lone surrogate written as its escape."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 @dataclass(frozen=True)
@@ -137,8 +157,6 @@ class ChatRequester:
 
     def send(self, prompt: Prompt, step: str) -> RequestRecord:
         s = self.settings
-        body = self.body(prompt, step)
-        headers = self._headers + f"X-Specload-Category: {prompt.category}\r\n".encode()
         record = RequestRecord(
             category=prompt.category,
             step=step,
@@ -150,12 +168,17 @@ class ChatRequester:
             max_tokens=s.max_tokens if s.max_tokens is not None else prompt.max_tokens,
             worker=self.worker,
         )
+        self.retry_after_s = None
+        try:
+            body = self.body(prompt, step)
+        except Exception as exc:  # never sent: not the target's fault, nor a crash of the user
+            return self._unsendable(record, exc)
+        headers = self._headers + _CATEGORY_HEADERS.get(prompt.category, b"")
         want_text = self.tokenizer is not None or not s.stream
         t0 = time.perf_counter()
         meter_class = TokenIdMeter if s.return_token_ids else StreamMeter
         meter = meter_class(t0, want_text=want_text, max_tokens=record.max_tokens)
         self._current = (record, meter)
-        self.retry_after_s = None
         body_parts: list[bytes] = []
         # The fused reader (C) takes whole reads of the chunked body; what it declines
         # comes to on_body below (and sets sse_pending while an event is incomplete).
@@ -253,6 +276,25 @@ class ChatRequester:
             record.error_kind = "unfinished"
             record.error_detail = "still in flight when the run stopped its user"
         record.end_s = record.start_s + (record.e2e_s or 0.0)
+        return record
+
+    def _unsendable(self, record: RequestRecord, exc: Exception) -> RequestRecord:
+        """``record`` ended as ``bad_request``: its body could not be built, nothing sent."""
+        record.ok = False
+        record.error_kind = "bad_request"
+        try:
+            text = f"request body cannot be built: {type(exc).__name__}: {exc}"
+        except Exception:  # an exception that cannot even be printed
+            text = f"request body cannot be built: {type(exc).__name__}"
+        record.error_detail = _writable(self._masked(text))[:_DETAIL_CHARS]
+        # The record itself must be writable (requests.jsonl, workers' messages): what
+        # made the body unsendable may be in it too.
+        record.category = _writable(record.category)
+        record.model = _writable(record.model)
+        if record.max_tokens is not None and not 0 <= record.max_tokens < 2**63:
+            record.max_tokens = None
+        record.e2e_s = 0.0
+        record.end_s = record.start_s
         return record
 
     def _finish_failed(self, meter: StreamMeter, record: RequestRecord) -> None:

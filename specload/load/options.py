@@ -8,6 +8,8 @@ import secrets
 from typing import Any
 
 from specload.errors import UsageError
+from specload.prompts import MAX_TOKENS_LIMIT as _PROMPT_MAX_TOKENS
+from specload.prompts import load_prompt_set
 from specload.slo import parse_slo
 
 DEFAULT_METRICS_ADDRESS = "127.0.0.1:9647"  # loopback; containers set 0.0.0.0 explicitly
@@ -189,7 +191,10 @@ def add_options(parser: Any) -> None:
 
 
 # Bounds that keep a typo from becoming a run that cannot be written or never ends.
-MAX_TOKENS_LIMIT = 10_000_000  # the meter's own cap on a request's tokens
+# The meter's own cap on a request's tokens: the same for --max-tokens and a prompt
+# file's max_tokens (specload.prompts), and for the demo's --max-tokens.
+MAX_TOKENS_LIMIT = _PROMPT_MAX_TOKENS
+MAX_TEXT_CHARS = 1000  # --model, --variant, --step
 MAX_REQUEST_TIMEOUT_S = 86_400.0
 MAX_TEMPERATURE = 100.0
 
@@ -207,8 +212,38 @@ def check_api_key(key: str, *, name: str = "--api-key") -> None:
         raise UsageError(f"{name}: the key contains {what} (the key is not shown)")
 
 
+def check_text_option(name: str, value: Any) -> None:
+    """A text option sent in a request body or written as a label (``--model``,
+    ``--variant``, ``--step``): UTF-8 text (a byte that is not UTF-8 on the command line
+    reaches Python as a lone surrogate), printable, at most :data:`MAX_TEXT_CHARS`."""
+    text = str(value or "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(
+            f"{name}: {text[:40]!r} is not UTF-8 text (character {exc.start + 1} is "
+            f"{text[exc.start]!a})"
+        ) from None
+    if len(text) > MAX_TEXT_CHARS:
+        raise UsageError(f"{name}: {len(text):,} characters (at most {MAX_TEXT_CHARS:,})")
+    if not text.isprintable():
+        i, ch = next((i, ch) for i, ch in enumerate(text) if not ch.isprintable())
+        raise UsageError(f"{name}: {text[:40]!r}: character {i + 1} ({ch!a}) is not printable")
+
+
+def check_prompts(options: Any) -> None:
+    """``--prompts`` loads, every prompt proven sendable (the load generator then uses
+    the same loaded set: :func:`~specload.prompts.load_prompt_set` reads a file once)."""
+    spec = getattr(options, "prompts", None)
+    if spec is not None:
+        load_prompt_set(str(spec))
+
+
 def validate(options: Any) -> None:
-    """Raise :class:`UsageError` naming the option for bad values."""
+    """Raise :class:`UsageError` naming the option for bad values (the prompt set too)."""
+    max_tokens = options.max_tokens
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)):
+        raise UsageError(f"--max-tokens: {max_tokens!r} is not a whole number")
     if options.max_tokens is not None and options.max_tokens < 1:
         raise UsageError(f"--max-tokens: {options.max_tokens} must be at least 1")
     if options.max_tokens is not None and options.max_tokens > MAX_TOKENS_LIMIT:
@@ -225,6 +260,8 @@ def validate(options: Any) -> None:
             f"--temperature: {options.temperature} must be between 0 and {MAX_TEMPERATURE:g}"
         )
     check_api_key(getattr(options, "api_key", "") or "")
+    for name in ("model", "variant", "step"):
+        check_text_option(f"--{name}", getattr(options, name, ""))
     check_cache_bust(getattr(options, "cache_bust", ""))
     parse_slo(getattr(options, "slo", ""))
     speedup = getattr(options, "trace_speedup", 1.0)
@@ -235,6 +272,7 @@ def validate(options: Any) -> None:
         raise UsageError(f"--burstiness: {burstiness} must be between 0.01 and 100")
     if options.tokenizer and not os.path.exists(options.tokenizer):
         raise UsageError(f"--tokenizer: {options.tokenizer!r} does not exist")
+    check_prompts(options)
 
 
 def cache_bust_nonce(value: Any) -> str | None:

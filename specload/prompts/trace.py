@@ -13,7 +13,11 @@ Two JSONL forms, told apart line by line:
   optional ``max_tokens``, optional ``category``.
 
 Entries are replayed in timestamp order; ``speedup`` divides the times (2: twice as fast).
-A bad line is a :class:`~specload.errors.UsageError` naming the file, the line and the field.
+Every entry is proven sendable as it is read, as prompt files are
+(:mod:`specload.prompts`): UTF-8 text, ``max_tokens`` and ``output_length`` from 1 to
+:data:`~specload.prompts.MAX_TOKENS_LIMIT`, a printable category, messages with string
+``role`` and ``content`` (the only keys sent). A bad line is a
+:class:`~specload.errors.UsageError` naming the file, the line and the field.
 """
 
 from __future__ import annotations
@@ -26,7 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from specload.errors import UsageError
-from specload.prompts import FALLBACK_CATEGORY, Prompt
+from specload.prompts import (
+    FALLBACK_CATEGORY,
+    MAX_TOKENS_LIMIT,
+    Prompt,
+    check_category,
+    check_messages,
+    check_prompt_text,
+)
 
 BLOCK_TOKENS = 512  # Mooncake's block size
 TRACE_CATEGORY = "trace"
@@ -115,8 +126,11 @@ def _field(obj: dict[str, Any], name: str, where: str) -> Any:
 
 
 def _count(value: Any, name: str, where: str, *, low: int = 0) -> int:
-    if type(value) is not int or value < low:
-        raise UsageError(f"{where}: {name} must be an integer of at least {low}, not {value!r:.40}")
+    if type(value) is not int or not low <= value <= MAX_TOKENS_LIMIT:
+        raise UsageError(
+            f"{where}: {name} must be a whole number from {low} to {MAX_TOKENS_LIMIT:,}, "
+            f"not {value!r:.40}"
+        )
     return value
 
 
@@ -126,9 +140,9 @@ def _entry(obj: Any, index: int, where: str) -> tuple[float, Prompt]:
     ts = _field(obj, "timestamp", where)
     if isinstance(ts, bool) or not isinstance(ts, int | float) or not 0 <= ts < 1e15:
         raise UsageError(f"{where}: timestamp must be milliseconds (a number >= 0), not {ts!r:.40}")
-    category = obj.get("category", TRACE_CATEGORY if "hash_ids" in obj else FALLBACK_CATEGORY)
-    if not isinstance(category, str) or not category:
-        raise UsageError(f"{where}: category must be a non-empty string")
+    category = check_category(
+        obj.get("category", TRACE_CATEGORY if "hash_ids" in obj else FALLBACK_CATEGORY), where
+    )
     if "hash_ids" in obj or "input_length" in obj:
         length = _count(_field(obj, "input_length", where), "input_length", where, low=1)
         out = _count(_field(obj, "output_length", where), "output_length", where, low=1)
@@ -153,15 +167,10 @@ def _entry(obj: Any, index: int, where: str) -> tuple[float, Prompt]:
         max_tokens = out
     else:
         if "messages" in obj:
-            raw = obj["messages"]
-            if not isinstance(raw, list) or not raw or not all(isinstance(m, dict) for m in raw):
-                raise UsageError(f"{where}: messages must be a non-empty list of objects")
-            messages = tuple({str(k): str(v) for k, v in m.items()} for m in raw)
+            messages = check_messages(obj["messages"], where)
         else:
-            prompt = _field(obj, "prompt", where)
-            if not isinstance(prompt, str) or not prompt:
-                raise UsageError(f"{where}: prompt must be a non-empty string")
-            messages = ({"role": "user", "content": prompt},)
+            text = check_prompt_text(_field(obj, "prompt", where), where)
+            messages = ({"role": "user", "content": text},)
         mt = obj.get("max_tokens")
         max_tokens = _count(mt, "max_tokens", where, low=1) if mt is not None else 2048
     return float(ts) / 1000.0, Prompt(f"trace-{index}", category, messages, max_tokens)
@@ -184,7 +193,7 @@ def load_trace(path: str | Path, *, speedup: float = 1.0) -> list[TraceEntry]:
                 where = f"{name} line {n}"
                 try:
                     obj = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):  # digits limit, encoding, nesting
                     raise UsageError(f"{where}: not JSON") from None
                 out.append(_entry(obj, len(out), where))
                 if len(out) > MAX_TRACE_ENTRIES:

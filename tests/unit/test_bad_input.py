@@ -3,7 +3,11 @@ and nothing started before it is refused (the demo checks every option before th
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -164,3 +168,137 @@ def test_demo_checks_every_option_before_starting_anything(
     assert main(["demo", "--quick", "--out", str(out), *argv]) == 2
     assert needle in one_line(capsys)
     assert started == [] and not out.exists()
+
+
+# -- prompt files, traces and load options that could never be sent ----------------------
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    """A port that would take a connection (the kernel completes the handshake into the
+    backlog): after the run, ``accept`` says whether anything reached it."""
+    with socket.create_server(("127.0.0.1", 0)) as sock:
+        sock.setblocking(False)
+        yield sock
+
+
+def contacted(sock: socket.socket) -> bool:
+    try:
+        conn, _ = sock.accept()
+    except BlockingIOError:
+        return False
+    conn.close()
+    return True
+
+
+BAD_FILES: list[tuple[str, str, str, str]] = [
+    # (option, file name, content, the error after "specload: error: <path>")
+    ("--prompts", "p.jsonl", '{"prompt": "ok"}\n{"prompt": "caf\\ud800"}\n',
+     ":2: field 'prompt': lone surrogate \\ud800 (character 4) cannot be encoded as UTF-8"),
+    ("--prompts", "p.jsonl", '{"prompt": "x", "max_tokens": 1e30}\n',
+     ":1: field 'max_tokens' must be a whole number from 1 to 10,000,000, not 1e+30"),
+    ("--prompts", "p.jsonl", '{"prompt": "x", "max_tokens": 1180591620717411303424}\n',
+     ":1: field 'max_tokens' must be a whole number from 1 to 10,000,000, "
+     "not 1180591620717411303424"),
+    ("--prompts", "p.jsonl", '{"prompt": "x", "max_tokens": true}\n',
+     ":1: field 'max_tokens' must be a whole number from 1 to 10,000,000, not True"),
+    ("--prompts", "p.jsonl", json.dumps({"prompt": "x", "category": "math\r\nX-Injected: 1"}),
+     ":1: field 'category': '\\r' (character 5) is not printable "
+     "(a category is a label: printable text only)"),
+    ("--prompts", "sg.json",
+     json.dumps([{"conversations": [{"from": "human", "value": "\udfff"}]}]),
+     ": entry 0: field 'conversations[0].value': lone surrogate \\udfff (character 1) "
+     "cannot be encoded as UTF-8"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("option", "name", "content", "error"), BAD_FILES)
+def test_a_prompt_file_that_cannot_be_sent_is_refused_before_the_server_is_asked(
+    option: str,
+    name: str,
+    content: str,
+    error: str,
+    listener: socket.socket,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    # Before: it passed the checks; the run then hung (--requests) or ended "complete",
+    # 0 ok, 0 failed, exit 0, with thousands of tracebacks in run.log (--duration).
+    path = tmp_path / name
+    path.write_text(content, encoding="utf-8")
+    host = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    out = tmp_path / "r"
+    argv = ["run", "--host", host, "--ready-timeout", "1s", "--out", str(out), option, str(path)]
+    assert main(argv) == 2
+    assert one_line(capsys) == f"specload: error: {path}{error}"
+    assert not contacted(listener) and not out.exists()
+
+
+def test_a_trace_that_cannot_be_sent_is_refused_before_the_server_is_asked(
+    listener: socket.socket, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps({"timestamp": 0, "prompt": "\ud800"}) + "\n")
+    host = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    argv = ["run", "--host", host, "--ready-timeout", "1s", "--out", str(tmp_path / "r")]
+    assert main([*argv, "--trace", str(path)]) == 2
+    assert one_line(capsys) == (
+        f"specload: error: --trace {str(path)!r} line 1: field 'prompt': lone surrogate "
+        "\\ud800 (character 1) cannot be encoded as UTF-8"
+    )
+    assert not contacted(listener)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["--max-tokens", "0"], "--max-tokens: 0 must be at least 1"),
+        (["--max-tokens", "-1"], "--max-tokens: -1 must be at least 1"),
+        (["--max-tokens", str(2**70)], "--max-tokens: 1180591620717411303424 is beyond the limit"),
+        (["--max-tokens", "1e30"], "argument --max-tokens: invalid int value: '1e30'"),
+        (["--max-tokens", "1.5"], "argument --max-tokens: invalid int value: '1.5'"),
+        (["--temperature", "nan"], "--temperature: nan must be between 0 and 100"),
+        (["--temperature", "1e400"], "--temperature: inf must be between 0 and 100"),
+        (["--request-timeout", "inf"], "--request-timeout: inf must be positive"),
+        (["--model", "m\udcff"], "--model: 'm\\udcff' is not UTF-8 text"),
+        (["--variant", "v\r\nX: 1"], "--variant: 'v\\r\\nX: 1': character 2 ('\\r') is not"),
+    ],
+)
+def test_load_option_numbers_and_names_are_checked_before_the_server_is_asked(
+    argv: list[str], needle: str, listener: socket.socket, capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    host = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    out = tmp_path / "r"
+    try:
+        code = main(["run", "--host", host, "--ready-timeout", "1s", "--out", str(out), *argv])
+    except SystemExit as exc:  # argparse's own type errors
+        code = exc.code
+    assert code == 2
+    assert needle in one_line(capsys)
+    assert not contacted(listener) and not out.exists()
+
+
+def test_the_command_itself_exits_2_with_one_line_and_no_traceback(
+    listener: socket.socket, tmp_path: Path
+) -> None:
+    # The whole command in its own process, as a user runs it: nothing else on stderr.
+    path = tmp_path / "sharegpt.jsonl"
+    path.write_text('{"prompt": "ok"}\n' * 16 + '{"prompt": "\\ud83d cut emoji"}\n')
+    host = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    argv = ["run", "--host", host, "--requests", "5", "--concurrency", "1", "--prompts", str(path)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "specload", *argv, "--out", str(tmp_path / "r")],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"specload: error: {path}:17: field 'prompt': lone surrogate \\ud83d (character 1) "
+        "cannot be encoded as UTF-8"
+    ]
+    assert proc.stdout == ""
+    assert not contacted(listener)
