@@ -46,6 +46,9 @@ USERS_SAMPLE_DELAY_S = 1.5
 # After the drain deadline, how long stopped requests have to report as ``unfinished``.
 ABORT_REPORT_S = 10.0
 
+# stop() -> the reason the operator asked the run to stop (a signal's name), or None.
+StopCheck = Callable[[], str | None]
+
 
 class LoadBackend(Protocol):
     """What the driver needs from the load generator (Locust runners in practice)."""
@@ -71,9 +74,10 @@ class OutagePolicy:
 
     mode: str = "wait"
     timeout_s: float = 3600.0
-    # probe() -> True when the target refuses; wait_ready(timeout_s) raises on timeout.
+    # probe() -> True when the target refuses; wait_ready(timeout_s, stop) raises on timeout,
+    # and soon after stop() names a reason (the operator's SIGINT/SIGTERM).
     is_refusing: Callable[[], bool] = lambda: False
-    wait_ready: Callable[[float], None] = lambda _timeout: None
+    wait_ready: Callable[[float, StopCheck], None] = lambda _timeout, _stop: None
 
 
 @dataclass
@@ -115,6 +119,12 @@ class LevelState:
 
 class Stopped(Exception):
     """The run was asked to stop (Ctrl-C, SIGTERM) or an outage policy said fail."""
+
+
+def drain_note(in_flight: int, left_s: float) -> str:
+    """The progress line's note while the last requests finish."""
+    noun = "request" if in_flight == 1 else "requests"
+    return f"draining: {in_flight} {noun} in flight, up to {math.ceil(left_s):.0f}s"
 
 
 def iso(ts: float) -> str:
@@ -207,6 +217,10 @@ class SweepDriver:
         """Ask the sweep to stop at the next tick (signal handlers call this)."""
         if self._stop_requested is None:
             self._stop_requested = reason
+
+    def stop_requested(self) -> str | None:
+        """Why the sweep was asked to stop (a signal's name), or None: waits poll it."""
+        return self._stop_requested
 
     # -- the sequence ---------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -426,9 +440,11 @@ class SweepDriver:
             window.resume(self.clock())
             raise Stopped("outage: the target refused connections (--on-outage fail)")
         try:
-            self.outage.wait_ready(self.outage.timeout_s)
-        except Exception as exc:  # the readiness gate timed out
+            self.outage.wait_ready(self.outage.timeout_s, self.stop_requested)
+        except Exception as exc:  # the readiness gate timed out, or the operator stopped it
             window.resume(self.clock())
+            if self._stop_requested is not None:
+                raise Stopped(self._stop_requested) from None
             raise Stopped(f"outage: {exc}") from None
         window.resume(self.clock())
         outage.end_wall = self.wall()
@@ -441,6 +457,7 @@ class SweepDriver:
             # stopped for the outage recorded theirs as unfinished) once they arrive.
             deadline = self.clock() + ABORT_REPORT_S
             while self.backend.in_flight() > 0 and self.clock() < deadline:
+                self._check_stop()
                 self.sleep(self.tick_s)
             budget = max(0, window.target_requests - window.completed)
         self.backend.set_step(step, budget)
@@ -455,13 +472,19 @@ class SweepDriver:
         if not self.states:
             return
         start = self._drain_start if self._drain_start is not None else self.clock()
-        log.info("drain: %d requests in flight", self.backend.in_flight())
-        self.phase_note = "draining in-flight requests"
-        while self.clock() - start < self.drain_timeout_s and self.backend.in_flight() > 0:
+        log.info(
+            "drain: %d requests in flight, up to %.0fs",
+            self.backend.in_flight(),
+            self.drain_timeout_s,
+        )
+        while (
+            left_s := self.drain_timeout_s - (self.clock() - start)
+        ) > 0 and self.backend.in_flight() > 0:
             self._check_stop()
+            self.phase_note = drain_note(self.backend.in_flight(), left_s)
             if self.on_tick is not None:
                 self.on_tick(self)
-            self.sleep(self.tick_s)
+            self.sleep(min(self.tick_s, left_s))
         left = self.backend.in_flight()
         if left > 0:
             # Past the deadline: stop the users; their requests report as ``unfinished``.

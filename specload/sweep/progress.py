@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from typing import Any, TextIO
@@ -11,6 +12,8 @@ from rich.live import Live
 from rich.table import Table
 
 from specload.sweep.driver import SweepDriver
+
+_DIGITS = re.compile(r"\d+")
 
 
 def _ms(value: float | None) -> str:
@@ -126,7 +129,10 @@ class Progress:
             self._ensure_live().update(self._table(snap), refresh=True)
             return
         line = describe(snap)
-        key = f"{snap.get('level')}/{snap.get('phase')}/{snap.get('note')}"
+        # A new phase prints at once; a note whose only change is a number (the drain's
+        # count and seconds left) waits for the next line.
+        note = _DIGITS.sub("#", str(snap.get("note") or ""))
+        key = f"{snap.get('level')}/{snap.get('phase')}/{note}"
         if now - self._last >= self.every_s or key != self._last_line:
             self._last = now
             self._last_line = key

@@ -16,11 +16,13 @@ with warnings.catch_warnings():
 
 import logging
 import signal
+import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import gevent
 import httpx
@@ -40,7 +42,7 @@ from specload.results.writer import (
 from specload.slo import parse_slo
 from specload.sweep import readiness
 from specload.sweep.backend import LocustBackend
-from specload.sweep.driver import OutagePolicy, SweepDriver
+from specload.sweep.driver import OUTAGE_SUFFIX, OutagePolicy, SweepDriver
 from specload.sweep.progress import Progress
 from specload.sweep.server_metrics import (
     CacheReset,
@@ -59,6 +61,7 @@ EXIT_INTERRUPTED = {"SIGINT": 130, "SIGTERM": 143}
 EXIT_OUTAGE = 3
 EXIT_ALL_FAILED = 4
 EXIT_WRITE_FAILED = 5
+_T = TypeVar("_T")
 RESET_TIMEOUT_S = 10.0  # POST /reset_prefix_cache: vLLM answers once the engine reset it
 NO_TOKEN_IDS = (
     "--record-token-ids: the server returned no token ids "
@@ -97,6 +100,10 @@ def run_sweep(settings: SweepSettings) -> int:
     log_handler = _setup_logging(writer.dir, (settings.api_key or "",))
     progress = Progress(settings.progress)
     backend: LocustBackend | None = None
+    # SIGINT/SIGTERM end every wait from here on: the gate's, an outage's, the drain.
+    signals = _Signals()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        gevent.signal_handler(signum, signals.received, signal.Signals(signum).name)
     try:
         progress.message(
             f"specload run: variant {settings.variant}, target {url.display}, "
@@ -108,13 +115,28 @@ def run_sweep(settings: SweepSettings) -> int:
                 f"{settings.ready_timeout_s:g}s (--host URL or env SPECLOAD_HOST names the "
                 "server; `specload demo` runs against a simulated one)"
             )
-        ready = readiness.wait_ready(
-            url,
-            timeout_s=settings.ready_timeout_s,
-            api_key=settings.api_key or None,
-            on_wait=lambda left, problem: progress.countdown(left, problem, url.display),
-            what="--host" if settings.host_given else "no --host given: vLLM's default",
-        )
+        try:
+            ready = _interruptible(
+                lambda: readiness.wait_ready(
+                    url,
+                    timeout_s=settings.ready_timeout_s,
+                    api_key=settings.api_key or None,
+                    on_wait=lambda left, problem: progress.countdown(left, problem, url.display),
+                    what="--host" if settings.host_given else "no --host given: vLLM's default",
+                    model=settings.model or None,
+                    stop=signals.reason,
+                ),
+                signals.reason,
+            )
+        except readiness.Interrupted as stop:
+            progress.close()
+            print(
+                f"specload: interrupted ({stop.reason}) while waiting for {url.display}: "
+                "nothing was measured",
+                file=sys.stderr,
+                flush=True,
+            )
+            return EXIT_INTERRUPTED.get(stop.reason, 130)
         # From here on the settings name the model the target serves: workers, records
         # and summary.json all see it.
         settings = settings.with_model(settings.model or ready.models[0])
@@ -156,19 +178,26 @@ def run_sweep(settings: SweepSettings) -> int:
         def reset_cache() -> CacheReset:
             return reset_prefix_cache(post, cache_bust=cache_bust)
 
-        def wait_again(timeout_s: float) -> None:
-            readiness.wait_ready(
-                url,
-                timeout_s=timeout_s,
-                api_key=settings.api_key or None,
-                on_wait=lambda left, problem: progress.countdown(left, problem, url.display),
+        def wait_again(timeout_s: float, stop: Callable[[], str | None]) -> None:
+            _interruptible(
+                lambda: readiness.wait_ready(
+                    url,
+                    timeout_s=timeout_s,
+                    api_key=settings.api_key or None,
+                    on_wait=lambda left, problem: progress.countdown(left, problem, url.display),
+                    stop=stop,
+                ),
+                stop,
             )
 
         record_ids = bool(settings.load.get("record_token_ids"))
         no_ids: list[str] = []  # why the run stopped: the server sent no token ids
 
+        steps: Counter[str] = Counter()  # records written per step, for the final line
+
         def write_record(record: RequestRecord) -> None:
             writer.append(record.to_dict(include_histograms=True))
+            steps[record.step] += 1
             if record_ids and record.ok and not no_ids:
                 if record.prompt_ids is None or record.output_ids is None:
                     no_ids.append(NO_TOKEN_IDS)
@@ -219,8 +248,7 @@ def run_sweep(settings: SweepSettings) -> int:
         )
 
         backend.subscribe(driver.on_record)
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            gevent.signal_handler(signum, driver.request_stop, signal.Signals(signum).name)
+        signals.forward(driver.request_stop)  # one that came meanwhile stops the run at once
         summary = writer.mark(driver.run())
         backend.close()  # the workers quit now, not after the plots
         backend = None
@@ -229,7 +257,13 @@ def run_sweep(settings: SweepSettings) -> int:
         if writer.error is None and writer.summary_error is None:
             try:
                 writer.write_text(SUMMARY_MD_FILE, summary_markdown(summary))
-                if settings.plots:
+                if settings.plots and summary["status"] == "interrupted":
+                    # The operator wants out now: matplotlib alone takes seconds.
+                    progress.message(
+                        f"plots skipped (interrupted): `specload report {writer.dir}` "
+                        "draws the charts"
+                    )
+                elif settings.plots:
                     from specload.results.plots import write_plots  # noqa: PLC0415 (slow)
 
                     plots = write_plots([summary], writer.dir)
@@ -238,7 +272,11 @@ def run_sweep(settings: SweepSettings) -> int:
         progress.close()
         if no_ids:
             raise UsageError(no_ids[0])
-        _report(progress, summary, writer, plots)
+        levels = summary["levels"]
+        all_failed = bool(levels) and all(
+            level["completed"] == 0 and level["failed"] for level in levels
+        )
+        _report(progress, summary, writer, plots, steps, all_failed=all_failed)
         if writer.error is not None or writer.summary_error is not None:
             progress.message(f"specload run: stopped: {_write_problem(writer)}")
             return EXIT_WRITE_FAILED
@@ -247,8 +285,7 @@ def run_sweep(settings: SweepSettings) -> int:
         if summary["status"] == "failed":
             progress.message(f"specload run: stopped: {summary.get('stop_reason')}")
             return EXIT_OUTAGE
-        levels = summary["levels"]
-        if levels and all(level["completed"] == 0 and level["failed"] for level in levels):
+        if all_failed:
             progress.message(
                 "specload run: every measured request failed ("
                 + ", ".join(f"{k} {v}" for k, v in _errors(levels).most_common(3))
@@ -263,6 +300,51 @@ def run_sweep(settings: SweepSettings) -> int:
             backend.close()
         logging.getLogger().removeHandler(log_handler)
         log_handler.close()
+
+
+class _Signals:
+    """SIGINT/SIGTERM as they arrive: kept until the driver exists, then forwarded to it."""
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self._forward: Callable[[str], None] | None = None
+
+    def received(self, name: str) -> None:
+        if self.name is None:
+            self.name = name
+        if self._forward is not None:
+            self._forward(name)
+
+    def reason(self) -> str | None:
+        return self.name
+
+    def forward(self, to: Callable[[str], None]) -> None:
+        self._forward = to
+        if self.name is not None:
+            to(self.name)
+
+
+def _interruptible(wait: Callable[[], _T], stop: Callable[[], str | None]) -> _T:
+    """Run a readiness wait in its own greenlet: a signal ends it at once, even while a
+    probe waits for an answer (:class:`readiness.Interrupted` with the signal's name)."""
+
+    def guarded() -> tuple[_T | None, BaseException | None]:
+        try:
+            return wait(), None
+        except Exception as exc:  # raised again in the caller, never printed by gevent
+            return None, exc
+
+    task = gevent.spawn(guarded)
+    while not task.ready():
+        reason = stop()
+        if reason is not None:
+            task.kill(block=True, timeout=1.0)
+            raise readiness.Interrupted(reason)
+        task.join(timeout=readiness.STOP_CHECK_S)
+    result, error = task.get()
+    if error is not None:
+        raise error
+    return cast(_T, result)
 
 
 def _token_dict(record: RequestRecord) -> dict[str, Any]:
@@ -294,7 +376,13 @@ def _errors(levels: list[dict[str, Any]]) -> Counter[str]:
 
 
 def _report(
-    progress: Progress, summary: dict[str, Any], writer: ResultsWriter, plots: list[Path]
+    progress: Progress,
+    summary: dict[str, Any],
+    writer: ResultsWriter,
+    plots: list[Path],
+    steps: Counter[str] | None = None,
+    *,
+    all_failed: bool = False,
 ) -> None:
     for level in summary["levels"]:
         tpot = level.get("median_tpot_ms")
@@ -317,9 +405,30 @@ def _report(
                 f"    outage {outage.get('start')} -> {outage.get('end') or 'unfinished'}"
                 + ("" if seconds is None else f" ({seconds:.1f}s, excluded from the window)")
             )
+    head = summary["status"]
+    if all_failed and head in ("complete", "incomplete"):
+        head = "finished, nothing measured"
     progress.message(
-        f"{summary['status']}: {writer.records_written} requests in {writer.requests_path}; "
-        f"summary {writer.summary_path}"
+        f"{head}: {_requests_line(summary, writer.records_written, steps)} in "
+        f"{writer.requests_path}; summary {writer.summary_path}"
         + (f", {md}" if (md := writer.dir / SUMMARY_MD_FILE).exists() else "")
         + ("; plots " + ", ".join(p.name for p in plots) if plots else "")
     )
+
+
+def _requests_line(summary: dict[str, Any], written: int, steps: Counter[str] | None) -> str:
+    """``31 measured requests (+6 warm-up)``: the levels' requests, then the others kept."""
+    names = {level["name"] for level in summary["levels"]}
+    if steps is None:
+        return f"{written} requests"
+    measured = sum(n for step, n in steps.items() if step in names)
+    warmup = sum(n for step, n in steps.items() if step not in names and step.endswith("-warmup"))
+    outage = sum(n for step, n in steps.items() if step.endswith(OUTAGE_SUFFIX))
+    other = written - measured - warmup - outage
+    extra = [
+        f"+{n} {what}"
+        for n, what in ((warmup, "warm-up"), (outage, "during outages"), (other, "other"))
+        if n > 0
+    ]
+    noun = "request" if measured == 1 else "requests"
+    return f"{measured} measured {noun}" + (f" ({', '.join(extra)})" if extra else "")

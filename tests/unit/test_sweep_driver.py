@@ -245,7 +245,7 @@ def test_outage_pauses_and_level_completes():
     load, records, summaries = FakeLoad(e2e_s=0.5), [], []
     load.down_between = (1005.0, 1025.0)
 
-    def wait_ready(timeout):
+    def wait_ready(timeout, stop):
         while load._down(load.now):
             load.sleep(0.5)
 
@@ -286,7 +286,7 @@ def test_outage_wait_timeout_fails_the_run():
     load, records, summaries = FakeLoad(), [], []
     load.down_between = (1003.0, 9999.0)
 
-    def wait_ready(timeout):
+    def wait_ready(timeout, stop):
         load.sleep(timeout)
         raise RuntimeError(f"not ready after {timeout}s")
 
@@ -295,6 +295,57 @@ def test_outage_wait_timeout_fails_the_run():
     )
     summary = make_driver(load, plan, records, summaries, outage=policy).run()
     assert summary["status"] == "failed" and "not ready after 30" in summary["stop_reason"]
+
+
+def test_signal_during_outage_wait_ends_the_wait_interrupted():
+    """SIGINT while the run waits out an outage: the wait ends at the stop, the run is
+    ``interrupted`` (not an outage failure) and every record before it is kept."""
+    plan = closed_plan("2")
+    load, records, summaries = FakeLoad(), [], []
+    load.down_between = (1003.0, 99999.0)  # a reload that never comes back
+    driver = None
+    waited = []
+
+    def wait_ready(timeout, stop):
+        # the readiness gate: polls until ready, asking stop() between probes
+        start = load.now
+        while load.now - start < timeout:
+            if load.now - start >= 5.0:
+                driver.request_stop("SIGINT")  # the operator, five seconds into the wait
+            reason = stop()
+            if reason is not None:
+                waited.append(load.now - start)
+                raise RuntimeError(f"interrupted by {reason}")
+            load.sleep(0.1)
+        raise RuntimeError(f"not ready after {timeout}s")
+
+    policy = OutagePolicy(
+        mode="wait", timeout_s=2700, is_refusing=lambda: True, wait_ready=wait_ready
+    )
+    driver = make_driver(load, plan, records, summaries, outage=policy)
+    summary = driver.run()
+    assert waited == [pytest.approx(5.0, abs=0.2)]  # not the 45 minutes of the timeout
+    assert summary["status"] == "interrupted" and summary["stop_reason"] == "SIGINT"
+    (level,) = summary["levels"]
+    assert level["complete"] is False and len(level["outages"]) == 1
+    mine = [r for r in records if r["step"] == "c2"]
+    assert level["completed"] + level["failed"] + level["unfinished"] == len(mine) > 0
+    assert summaries[-1]["status"] == "interrupted"
+    jsonschema.validate(orjson.loads(orjson.dumps(summary)), summary_schema())
+
+
+def test_drain_note_shows_count_and_deadline():
+    load = FakeLoad(e2e_s=100.0, tokens=1000)
+    plan = closed_plan("3", duration="5s")
+    notes = []
+    driver = make_driver(
+        load, plan, [], [], drain_timeout_s=25.0, on_tick=lambda d: notes.append(d.phase_note)
+    )
+    driver.run()
+    drain = [n for n in notes if n.startswith("draining")]
+    assert drain[0] == "draining: 3 requests in flight, up to 25s"
+    assert drain[-1] == "draining: 3 requests in flight, up to 1s"
+    assert driver.phase_note == ""
 
 
 def test_stop_request_keeps_partial_level():
@@ -418,7 +469,8 @@ def test_truncation_guard_names_count_categories_and_a_budget():
     (warning,) = [w for w in level["warnings"] if "inside reasoning" in w]
     assert f"{n} of {n} completed requests" in warning
     assert "max_tokens 128" in warning and "(coding, math)" in warning
-    assert "--max-tokens 256" in warning  # nothing answered: twice the budget, to 256
+    # what is known, not a guess: at least the budget, no request showed its full reasoning
+    assert "needs at least 128 tokens; no truncated request showed its full reasoning" in warning
 
 
 def test_a_run_that_reaches_its_answers_has_no_truncation_warning():

@@ -90,3 +90,44 @@ def test_snapshot_and_plain_line():
     live.tick(driver)
     live.close()
     assert "c2" in rich_out.getvalue() and "75.0" in rich_out.getvalue()
+
+
+class Draining(Idle):
+    """Three requests in flight that never finish: the drain waits out its deadline."""
+
+    def in_flight(self):
+        return 3
+
+
+def test_drain_line_shows_count_and_deadline_once_per_interval():
+    now = [100.0]
+    plan = build_plan(
+        concurrency="3",
+        request_rate=None,
+        max_concurrency=None,
+        warmup="0",
+        duration="1",
+        requests=None,
+    )
+    out = io.StringIO()
+    progress = Progress("plain", stream=out, every_s=3600)
+
+    def sleep(dt):
+        now[0] += dt
+
+    driver = SweepDriver(
+        plan,
+        Draining(),
+        clock=lambda: now[0],
+        wall=lambda: now[0],
+        sleep=sleep,
+        on_summary=lambda s: None,
+        drain_timeout_s=25.0,
+        tick_s=0.5,
+        on_tick=progress.tick,
+    )
+    driver.run()
+    lines = out.getvalue().splitlines()
+    drain = [line for line in lines if line.startswith("draining")]
+    # the drain says what it waits for and until when; its countdown does not flood
+    assert drain == ["draining: 3 requests in flight, up to 25s"]
