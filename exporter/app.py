@@ -4,7 +4,8 @@ HTTP routes (all on ``--address:--port``):
 
 - ``GET /metrics``: the Prometheus exposition;
 - ``GET /-/healthy``: ``ok`` (the exporter itself, whatever its targets do);
-- ``GET /-/targets``: JSON, each target's state and last error (for humans);
+- ``GET /-/targets``: JSON, each target's state, last error and the server processes
+  answering at its address, with a ``warning`` when several do (for humans);
 - ``POST /-/profile/VARIANT``: start a profile capture now, 202.
 """
 
@@ -28,7 +29,7 @@ from exporter.config import ExporterConfig
 from exporter.logs import close_quietly, open_log
 from exporter.poller import Poller
 from exporter.sources import FamilySource, close_source, start_source
-from exporter.target import TargetMonitor, TargetView
+from exporter.target import MULTIPLE_PROCESSES, TargetMonitor, TargetView
 from specload.redact import redact_url
 
 log = logging.getLogger("specload.exporter")
@@ -136,9 +137,12 @@ class Exporter:
                     "last_error": v.last_error,
                     "last_error_detail": v.last_error_detail,
                     "reloads_total": v.lifecycle.reloads_total,
+                    "processes": v.processes,
                     "info": dict(v.info),
                 }
             )
+            if v.processes is not None and v.processes > 1:
+                out[-1]["warning"] = MULTIPLE_PROCESSES
         return orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n"
 
     def _profile(self, variant: str, start_response: StartResponse) -> Iterable[bytes]:

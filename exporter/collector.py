@@ -153,6 +153,12 @@ class ExporterCollector(Collector):
             "specload_target_start_time_seconds",
             "The server process's start time (its process_start_time_seconds).",
         )
+        processes = gauge(
+            "specload_target_processes",
+            "Server processes seen answering at the target's address over its last 30 good "
+            "polls (distinct process_start_time_seconds); more than 1: replicas behind one "
+            "address, whose rates and passed-on counters are withheld.",
+        )
         progress = gauge(
             "specload_target_load_progress_ratio",
             "Checkpoint loading progress from the server's log while a reload runs (0-1).",
@@ -252,6 +258,8 @@ class ExporterCollector(Collector):
                 start.add_metric(base, lc.start_time_s)
             if v.load_progress_ratio is not None:
                 progress.add_metric(base, v.load_progress_ratio)
+            if v.processes is not None:
+                processes.add_metric(base, v.processes)
             info.add_metric([*base, *(v.info.get(k, "") for k in INFO_LABELS)], 1.0)
             d = v.derived
             if d is None:
@@ -290,7 +298,7 @@ class ExporterCollector(Collector):
                 sleep.add_metric([*base, sleep_state], value)
         families: list[Metric] = [
             up, dur, errors, state, in_progress, elapsed, expected, last_reload, reloads,
-            start, progress, info, acc, length, pos, drafted, accepted, tpot, itl, gen,
+            start, processes, progress, info, acc, length, pos, drafted, accepted, tpot, itl, gen,
             running, waiting, kv, hit, queries, hits, preemptions, sleep,
         ]  # fmt: skip
         # A family with no samples is absent from the page (not zero).

@@ -16,7 +16,9 @@ when that is earlier and after the last good poll) to that success, so it is
 within one poll interval of the true downtime. A restart between two polls
 (``process_start_time_seconds`` changed, or counters went backwards) also
 counts as a reload, lasting from the new process's start to the poll that
-saw it.
+saw it — unless the caller knows the page is another process that answers at
+the same address (``replica``: several replicas behind one load balancer),
+which is no reload.
 """
 
 from __future__ import annotations
@@ -46,8 +48,19 @@ class Lifecycle:
         self.process_start_s: float | None = None
         self._ever_ready = False
 
-    def ok(self, now_s: float, process_start_s: float | None, *, restarted: bool = False) -> None:
-        """A successful poll at ``now_s``; ``restarted``: counters went backwards."""
+    def ok(
+        self,
+        now_s: float,
+        process_start_s: float | None,
+        *,
+        restarted: bool = False,
+        replica: bool = False,
+    ) -> None:
+        """A successful poll at ``now_s``; ``restarted``: counters went backwards;
+        ``replica``: the page is another process running beside the last one (no restart;
+        the start time kept is the one first seen)."""
+        if replica:
+            process_start_s = None
         changed = (
             process_start_s is not None
             and self.process_start_s is not None

@@ -3,6 +3,17 @@
 :meth:`TargetMonitor.poll` runs on the poller's event loop; :meth:`view`
 returns an immutable :class:`TargetView` that the collector reads from any
 thread. Each poll replaces the view in one assignment.
+
+A target may really be several servers behind one address (replicas behind a load
+balancer): its pages then come from different processes in turn. The monitor keeps
+the processes it saw (by ``process_start_time_seconds``) over the last
+:data:`PROCESS_MEMORY_POLLS` good polls; a page of a process seen before, of an older
+process than the last page's, or of one that was already running when the last page
+was answered is *another process beside it*, not a restart: no reload is counted,
+interval values are derived against that same process's previous page, and while more
+than one process answers, rates and the counters passed on are withheld (they would
+mix processes) and the target says so (``processes`` in ``/-/targets``,
+``specload_target_processes``).
 """
 
 from __future__ import annotations
@@ -25,6 +36,17 @@ from specload.redact import basic_auth
 
 VERSION_MAX_BYTES = 64 * 1024
 VERSION_TRIES = 3  # polls that may ask /version after a (re)start, if it times out
+#: A process not seen answering in this many good polls is forgotten.
+PROCESS_MEMORY_POLLS = 30
+#: Seconds of clock difference between a server and the exporter tolerated when a new
+#: process's start time is compared with the time of the last page of the old one.
+CLOCK_TOLERANCE_S = 5.0
+_SAME_START_S = 1e-3
+MULTIPLE_PROCESSES = (
+    "several server processes answer at this address in turn (replicas behind a load "
+    "balancer?): their pages are not counted as reloads, and rates and passed-on counters "
+    "are withheld; poll each replica as its own target"
+)
 
 
 @dataclass(frozen=True)
@@ -43,6 +65,8 @@ class TargetView:
     polled_at_s: float | None = None
     last_error_detail: str = ""
     extra: Mapping[str, float] = field(default_factory=dict)
+    # Server processes seen answering recently (None: the page has no process start).
+    processes: int | None = None
 
 
 class TargetMonitor:
@@ -75,6 +99,9 @@ class TargetMonitor:
         # Masked in every error detail (the values as sent, and what they are made of).
         self.secrets: tuple[str, ...] = (*self.headers.values(), *secrets)
         self._prev: Reading | None = None
+        # Process start -> (its last reading, the good poll that read it).
+        self._processes: dict[float, tuple[Reading, int]] = {}
+        self._good_polls = 0
         self._model: str | None = cfg.model
         self._version: str | None = None
         self._version_asked = False
@@ -159,24 +186,62 @@ class TargetMonitor:
             self._failed("malformed", str(exc), result.duration_s, now_s)
             return None
         reading = extract(fams, now_s)
-        prev = self._prev
-        restarted = prev is not None and (
-            went_backwards(prev, reading)
-            or (
-                prev.process_start_s is not None
-                and reading.process_start_s is not None
-                and abs(prev.process_start_s - reading.process_start_s) > 1e-3
-            )
-        )
-        self.lifecycle.ok(now_s, reading.process_start_s, restarted=restarted)
+        base, restarted, replica = self._place(reading)
+        self.lifecycle.ok(now_s, reading.process_start_s, restarted=restarted, replica=replica)
         self.log_state.loading = False
         if self.cfg.model is None and reading.model:
             self._model = reading.model
         k = self._k_hint(reading)
-        derived = derive(prev, reading, reset=restarted, k=k)
+        derived = derive(base, reading, reset=restarted, k=k)
+        processes = len(self._processes) if self._processes else None
+        if processes is not None and processes > 1:
+            # Rates over one process's interval are not the target's, and counters that
+            # alternate between processes would read as resets: withheld.
+            derived = replace(
+                derived,
+                drafted_tokens_per_s=None,
+                accepted_tokens_per_s=None,
+                generation_tokens_per_s=None,
+                prefix_cache_queries=None,
+                prefix_cache_hits=None,
+                preemptions=None,
+            )
         self._prev = reading
-        self._view = self._make_view(now_s, True, result.duration_s, derived, None, "", reading)
+        self._view = self._make_view(
+            now_s, True, result.duration_s, derived, None, "", reading, processes
+        )
         return reading
+
+    def _place(self, reading: Reading) -> tuple[Reading | None, bool, bool]:
+        """Which earlier reading ``reading``'s interval runs from, whether the server
+        restarted, and whether the page is another process beside the last one."""
+        prev = self._prev
+        self._good_polls += 1
+        now = self._good_polls
+        start = reading.process_start_s
+        base, restarted, replica = prev, False, False
+        if start is None or prev is None or prev.process_start_s is None:
+            restarted = prev is not None and went_backwards(prev, reading)
+        elif abs(start - prev.process_start_s) > _SAME_START_S:
+            known = next(
+                (v for p, v in self._processes.items() if abs(p - start) <= _SAME_START_S), None
+            )
+            if known is not None:  # a process seen before answers again
+                base, replica = known[0], True
+            elif start < prev.process_start_s or start < prev.time_s - CLOCK_TOLERANCE_S:
+                base, replica = None, True  # older, or already running: beside it
+            else:  # a new process that started after the last page: a restart
+                restarted = True
+                self._processes.clear()
+        else:
+            restarted = went_backwards(prev, reading)
+        if start is not None:
+            for p in [p for p, v in self._processes.items() if abs(p - start) <= _SAME_START_S]:
+                del self._processes[p]
+            self._processes[start] = (reading, now)
+            for p in [p for p, v in self._processes.items() if now - v[1] >= PROCESS_MEMORY_POLLS]:
+                del self._processes[p]
+        return base, restarted, replica
 
     def _failed(self, reason: str, detail: str, duration_s: float, now_s: float) -> None:
         self.errors[reason] = self.errors.get(reason, 0) + 1
@@ -242,6 +307,7 @@ class TargetMonitor:
         reason: str | None,
         detail: str,
         reading: Reading | None = None,
+        processes: int | None = None,
     ) -> TargetView:
         lc = self.lifecycle.view(now_s)
         progress = None
@@ -265,4 +331,9 @@ class TargetMonitor:
             expected_reload_s=self.cfg.expected_reload_s,
             polled_at_s=now_s if up is not None else None,
             last_error_detail=detail,
+            processes=processes if processes is not None else self._view_processes(),
         )
+
+    def _view_processes(self) -> int | None:
+        """The processes known (kept while a poll fails: they are what was seen last)."""
+        return len(self._processes) if self._processes else None
