@@ -46,6 +46,8 @@ UNFINISHED = "unfinished"
 # A completed request "ended inside reasoning" when it hit max_tokens with no answer token.
 # More than this share of a level's completed requests triggers the truncation guard.
 TRUNCATION_WARN_RATIO = 0.2
+# Channel splits exact enough to state a finished reasoning's length as a fact.
+EXACT_SPLITS = frozenset({"exact", "usage-details"})
 
 
 @dataclass
@@ -74,11 +76,15 @@ class Stats:
     itl: Histogram = field(default_factory=Histogram)  # per token
     itl_chunk: Histogram = field(default_factory=Histogram)  # per chunk (raw gaps)
     _sorted: bool = field(default=True, repr=False)
-    # lengths (reasoning + content) of the completed requests that reached their answer,
-    # and the reasoning of those cut at max_tokens: what a fitting --max-tokens would be
-    answered_lengths: list[int] = field(default_factory=list, repr=False)
+    # The truncation guard's facts, per category: the truncated requests, their budgets
+    # ((category, max_tokens) pairs; None: the request set none), the most reasoning one
+    # of them showed, and the longest reasoning a completed request finished (an answer
+    # or a call after it, with an exact split): what is known, never a guess of how long
+    # a cut reasoning would have been.
     truncated_categories: Counter[str] = field(default_factory=Counter)
-    max_tokens_seen: int | None = None
+    truncated_budgets: set[tuple[str, int | None]] = field(default_factory=set)
+    truncated_reasoning: dict[str, int] = field(default_factory=dict)
+    finished_reasoning: dict[str, int] = field(default_factory=dict)
     spec: SpecTally = field(default_factory=SpecTally)  # completed requests' spec_decode
     # Objectives (--slo): completed requests judged, those meeting all, their output tokens,
     # and per measure the completed requests that missed it.
@@ -130,8 +136,6 @@ class Stats:
             self.first_start_s = r.start_s
         if self.last_end_s is None or r.end_s > self.last_end_s:
             self.last_end_s = r.end_s
-        if r.max_tokens is not None:
-            self.max_tokens_seen = max(self.max_tokens_seen or 0, r.max_tokens)
         if r.scheduled_s is not None:
             self.lateness.append(r.start_s - r.scheduled_s)
         if not r.ok:
@@ -149,8 +153,14 @@ class Stats:
         if r.reasoning_truncated:
             self.reasoning_truncated += 1
             self.truncated_categories[r.category] += 1
-        elif r.tokens_content > 0:
-            self.answered_lengths.append(r.tokens_output)
+            self.truncated_budgets.add((r.category, r.max_tokens))
+            _keep_max(self.truncated_reasoning, r.category, r.tokens_reasoning)
+        elif (
+            r.tokens_reasoning > 0
+            and r.tokens_content + r.tokens_tool > 0
+            and r.channel_split_source in EXACT_SPLITS
+        ):
+            _keep_max(self.finished_reasoning, r.category, r.tokens_reasoning)
         values = self.values
         for name, value in (
             ("ttft", r.ttft_s),
@@ -200,9 +210,11 @@ class Stats:
         self.errors.update(other.errors)
         self.token_sources.update(other.token_sources)
         self.truncated_categories.update(other.truncated_categories)
-        self.answered_lengths.extend(other.answered_lengths)
-        if other.max_tokens_seen is not None:
-            self.max_tokens_seen = max(self.max_tokens_seen or 0, other.max_tokens_seen)
+        self.truncated_budgets |= other.truncated_budgets
+        for category, tokens in other.truncated_reasoning.items():
+            _keep_max(self.truncated_reasoning, category, tokens)
+        for category, tokens in other.finished_reasoning.items():
+            _keep_max(self.finished_reasoning, category, tokens)
         if other.first_start_s is not None and (
             self.first_start_s is None or other.first_start_s < self.first_start_s
         ):
@@ -250,22 +262,17 @@ class Stats:
             return 0.0
         return max(0.0, self.last_end_s - self.first_start_s)
 
-    def suggested_max_tokens(self) -> int | None:
-        """A ``--max-tokens`` that the reasoning seen would fit (None: no truncation).
-
-        The p90 length of the requests that reached their answer, plus a quarter, when
-        there are some; else twice the budget that was exhausted. Rounded up to 256.
-        """
-        if not self.reasoning_truncated:
-            return None
-        budget = self.max_tokens_seen or 0
-        if self.answered_lengths:
-            ordered = sorted(self.answered_lengths)
-            p90 = exact_quantile(ordered, 0.9) or 0.0
-            want = max(p90 * 1.25, budget * 1.5)
-        else:
-            want = budget * 2
-        return max(256, int(-(-want // 256) * 256))
+    def reasoning_needed(self) -> dict[str, int]:
+        """Per category with truncated requests, the least its reasoning needs: the most a
+        truncated request spent without finishing, or its budget when larger. How much
+        more it needs, no truncated request showed."""
+        out: dict[str, int] = {}
+        for category in self.truncated_categories:
+            out[category] = self.truncated_reasoning.get(category, 0)
+        for category, budget in self.truncated_budgets:
+            if budget is not None:
+                _keep_max(out, category, budget)
+        return out
 
     def result(
         self,
@@ -340,6 +347,11 @@ class Stats:
                 },
             },
         }
+
+
+def _keep_max(values: dict[str, int], key: str, value: int) -> None:
+    if value > values.get(key, -1):
+        values[key] = value
 
 
 class Aggregator:

@@ -103,6 +103,67 @@ class LevelAggregate:
         return out
 
 
+def _grouped(values: Mapping[str, int | None]) -> list[tuple[int | None, str]]:
+    """Categories grouped by their value, smallest first (None last): (value, "a, b")."""
+    groups: dict[int | None, list[str]] = {}
+    for category, value in sorted(values.items()):
+        groups.setdefault(value, []).append(category)
+    order = sorted(groups, key=lambda v: (v is None, v or 0))
+    return [(value, ", ".join(groups[value])) for value in order]
+
+
+def _truncation_budgets(stats: Stats) -> str:
+    """The budgets the truncated requests had, each with its categories (a category's own
+    budget, not the largest of the level): ``max_tokens 2048 (explanation), 4096 (coding,
+    math)``; a request without max_tokens stopped at the server's own limit."""
+    pairs = sorted(stats.truncated_budgets, key=lambda p: (p[0], p[1] is None, p[1] or 0))
+    numbered: dict[int, list[str]] = {}
+    unbounded: list[str] = []
+    for category, budget in pairs:
+        if budget is None:
+            unbounded.append(category)
+        else:
+            numbered.setdefault(budget, []).append(category)
+    parts = []
+    if numbered:
+        parts.append(
+            "max_tokens "
+            + ", ".join(f"{b} ({', '.join(sorted(set(c)))})" for b, c in sorted(numbered.items()))
+        )
+    if unbounded:
+        parts.append(f"the server's own limit ({', '.join(sorted(set(unbounded)))})")
+    return " and ".join(parts) or "max_tokens ?"
+
+
+def _truncation_facts(stats: Stats) -> str:
+    """What the truncated requests tell of the budget their reasoning needs: at least what
+    they showed (no more is known: none showed its full reasoning), with the longest
+    reasoning that finished in those categories as a fact beside it."""
+    needed = stats.reasoning_needed()
+    groups = _grouped(dict(needed))
+    if len(groups) == 1:
+        need = f"at least {groups[0][0]} tokens"
+    else:
+        need = "at least " + ", ".join(
+            f"{n}{' tokens' if i == 0 else ''} ({cats})" for i, (n, cats) in enumerate(groups)
+        )
+    finished = {c: n for c, n in stats.finished_reasoning.items() if c in needed}
+    seen = ""
+    if len(needed) == 1 and finished:
+        seen = f" (the longest finished reasoning was {next(iter(finished.values()))} tokens)"
+    elif finished:
+        seen = (
+            " (the longest finished reasoning: "
+            + ", ".join(f"{c} {n} tokens" for c, n in sorted(finished.items()))
+            + ")"
+        )
+    return (
+        f"their reasoning needs {need}; no truncated request showed its full reasoning{seen}, "
+        "so only a larger budget (--max-tokens, or max_tokens per prompt) can measure "
+        "their answers"
+    )
+
+
 def truncation_warnings(stats: Stats, numbers: Mapping[str, Any]) -> list[str]:
     """The truncation guard's warnings for a set of requests (``numbers``: their
     :meth:`Stats.result`): none unless more than :data:`TRUNCATION_WARN_RATIO` of the
@@ -111,13 +172,10 @@ def truncation_warnings(stats: Stats, numbers: Mapping[str, Any]) -> list[str]:
     warnings: list[str] = []
     ratio = numbers.get("reasoning_truncated_ratio")
     if ratio is not None and ratio > TRUNCATION_WARN_RATIO:
-        cats = ", ".join(sorted(stats.truncated_categories))
-        budget = stats.max_tokens_seen
         warnings.append(
             f"{stats.reasoning_truncated} of {stats.completed} completed requests ended "
-            f"inside reasoning at max_tokens {budget if budget is not None else '?'} "
-            f"({cats}): no answer token measured for them (TTFCT, content tokens); "
-            f"--max-tokens {stats.suggested_max_tokens()} would fit the reasoning seen"
+            f"inside reasoning at {_truncation_budgets(stats)}: no answer token measured "
+            f"for them (TTFCT, content tokens); {_truncation_facts(stats)}"
         )
         if "ttfct" in (numbers.get("slo") or {}).get("objectives_s", {}):
             warnings.append(

@@ -13,7 +13,12 @@ from specload.errors import UsageError
 from specload.histogram import Histogram
 from specload.load.records import RequestRecord
 from specload.results import ResultsWriter, read_requests, read_summary, summary_schema
-from specload.results.aggregate import LevelAggregate, aggregate_records, as_record
+from specload.results.aggregate import (
+    LevelAggregate,
+    aggregate_records,
+    as_record,
+    truncation_warnings,
+)
 from specload.results.report import summary_markdown
 
 pytestmark = pytest.mark.unit
@@ -123,6 +128,93 @@ def test_tool_call_tokens_are_a_channel_of_their_own():
     assert "| content tok | tool tok | truncated |" in head
     row = text.splitlines()[text.splitlines().index(head) + 2]
     assert row.count("|") == head.count("|") and "| 2.0 | 16.0 | 0 (0%) |" in row
+
+
+def truncation_level(*records: RequestRecord) -> list[str]:
+    agg = LevelAggregate()
+    for r in records:
+        agg.add(r)
+    out = agg.result(duration_s=10.0, windowed=False)
+    return [w for w in truncation_warnings(agg.all, out) if "inside reasoning" in w]
+
+
+def budgeted(category, budget, reasoning, content, *, truncated=False, split="exact"):
+    r = as_record(record(category=category, reasoning=reasoning, content=content))
+    r.max_tokens = budget
+    r.reasoning_truncated = truncated
+    r.channel_split_source = split
+    return r
+
+
+def test_truncation_warning_says_what_is_known_not_a_budget_that_would_fit():
+    # 3 of 4 cut at their 4096 budget; the one that answered finished its reasoning in 3890
+    # tokens. How long the cut ones would have reasoned no request showed: no guess.
+    (warning,) = truncation_level(
+        *[budgeted("long_reasoning", 4096, 4096, 0, truncated=True) for _ in range(3)],
+        budgeted("long_reasoning", 4096, 3890, 120),
+    )
+    assert warning.startswith(
+        "3 of 4 completed requests ended inside reasoning at max_tokens 4096 (long_reasoning): "
+        "no answer token measured for them (TTFCT, content tokens); "
+    )
+    assert "their reasoning needs at least 4096 tokens" in warning
+    assert "no truncated request showed its full reasoning" in warning
+    assert "(the longest finished reasoning was 3890 tokens)" in warning
+    assert "would fit" not in warning and "--max-tokens 6144" not in warning
+
+
+def test_truncation_warning_uses_each_categorys_own_budget():
+    # explanation cut at its 2048; coding at 4096 (one request showed 4100 with the slack);
+    # math, with a budget of 8192, was never cut: the level's largest budget says nothing.
+    (warning,) = truncation_level(
+        budgeted("explanation", 2048, 2048, 0, truncated=True),
+        budgeted("explanation", 2048, 2048, 0, truncated=True),
+        budgeted("coding", 4096, 4096, 0, truncated=True),
+        budgeted("coding", 4096, 4100, 0, truncated=True),
+        budgeted("coding", 4096, 1500, 300),
+        budgeted("coding", 4096, 3000, 300, split="chunks-estimate"),  # not a fact
+        budgeted("math", 8192, 5000, 100),
+    )
+    assert "at max_tokens 2048 (explanation), 4096 (coding):" in warning
+    assert "8192" not in warning and "5000" not in warning and "3000" not in warning
+    assert "needs at least 2048 tokens (explanation), 4100 (coding);" in warning
+    assert "(the longest finished reasoning: coding 1500 tokens)" in warning
+
+
+def test_truncation_warning_without_a_budget_or_a_finished_reasoning():
+    (warning,) = truncation_level(
+        *[budgeted("math", None, 700 + i, 0, truncated=True) for i in range(3)]
+    )
+    assert "at the server's own limit (math):" in warning
+    assert "needs at least 702 tokens; no truncated request showed its full reasoning, so" in (
+        warning
+    )
+
+
+def test_truncation_facts_merge_like_the_records():
+    recs = [
+        budgeted("coding", 4096, 4096, 0, truncated=True),
+        budgeted("coding", 4096, 2500, 10),
+        budgeted("math", 2048, 2050, 0, truncated=True),
+        budgeted("math", 2048, 1200, 5),
+    ]
+    whole = LevelAggregate()
+    halves = [LevelAggregate(), LevelAggregate()]
+    for i, r in enumerate(recs):
+        whole.add(r)
+        halves[i % 2].add(r)
+    merged = halves[0].all
+    merged.merge(halves[1].all)
+    assert (
+        merged.reasoning_needed()
+        == whole.all.reasoning_needed()
+        == {
+            "coding": 4096,
+            "math": 2050,
+        }
+    )
+    assert merged.finished_reasoning == {"coding": 2500, "math": 1200}
+    assert merged.truncated_budgets == {("coding", 4096), ("math", 2048)}
 
 
 def test_aggregate_records_only_takes_its_step():
