@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -13,7 +14,6 @@ import jsonschema
 import pytest
 
 from specload.results import read_requests, read_summary, summary_schema
-from specload.sweep.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -113,34 +113,45 @@ def test_signal_during_outage_wait_ends_at_once(sweep_sim, specload_popen, tmp_p
     assert "interrupted" in stdout
 
 
+@pytest.mark.parametrize("server", ["refusing", "silent"])
 @pytest.mark.parametrize(
     ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
 )
-def test_signal_during_first_readiness_wait(specload_popen, tmp_path, sig, code):
-    port = free_port()  # nothing listens: the gate waits (up to --ready-timeout)
-    out = tmp_path / "run"
-    proc = specload_popen(
-        [
-            "run",
-            "--host",
-            f"http://127.0.0.1:{port}",
-            "--ready-timeout",
-            "10m",
-            "--out",
-            str(out),
-            *LOAD,
-        ]
-    )
-    _wait_for((out / "run.log").exists, 30, "no run.log", proc)
-    time.sleep(1.0)  # inside the wait
-    started = time.monotonic()
-    proc.send_signal(sig)
-    _stdout, stderr = proc.communicate(timeout=20)
-    took = time.monotonic() - started
-    print(f"{signal.Signals(sig).name} during the readiness wait: exit after {took:.2f}s")
+def test_signal_during_first_readiness_wait(specload_popen, tmp_path, sig, code, server):
+    """Nothing listens (refused), or a port that takes connections and never answers (each
+    probe waits its 5 s timeout): the signal ends the wait at once either way."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        if server == "silent":
+            silent.listen(64)  # the kernel completes the connections; nobody reads them
+        port = silent.getsockname()[1]
+        out = tmp_path / "run"
+        proc = specload_popen(
+            [
+                "run",
+                "--host",
+                f"http://127.0.0.1:{port}",
+                "--ready-timeout",
+                "10m",
+                "--out",
+                str(out),
+                *LOAD,
+            ]
+        )
+        _wait_for((out / "run.log").exists, 30, "no run.log", proc)
+        time.sleep(1.5)  # inside the wait (a silent server's probe in flight)
+        started = time.monotonic()
+        proc.send_signal(sig)
+        _stdout, stderr = proc.communicate(timeout=20)
+        took = time.monotonic() - started
+    name = signal.Signals(sig).name
+    print(f"{name} during the readiness wait ({server}): exit after {took:.2f}s")
     assert proc.returncode == code, stderr
     assert took < EXIT_WITHIN_S
     assert "Traceback" not in stderr
-    assert stderr.strip().splitlines()[-1].startswith("specload: interrupted")
+    assert stderr.strip().splitlines()[-1] == (
+        f"specload: interrupted ({signal.Signals(sig).name}) while waiting for "
+        f"http://127.0.0.1:{port}: nothing was measured"
+    )
     # nothing was measured: no summary claims a run
-    assert _summary(out).get("status") in (None, "interrupted")
+    assert _summary(out).get("status") is None
