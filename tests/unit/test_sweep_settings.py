@@ -122,13 +122,13 @@ def test_the_detected_model_reaches_workers_and_results_without_mutation(tmp_pat
 
 
 def test_public_options_keep_their_keys_and_values(tmp_path: Path) -> None:
-    s = settings(tmp_path, "--duration", "2m", "--warmup", "30s", "--prompts", "builtin:code",
+    s = settings(tmp_path, "--duration", "2m", "--warmup", "30s", "--prompts", "builtin:coding",
                  "--prompt-seed", "7", "--api-key", "k").with_model("m")  # fmt: skip
     public = s.public_options()
     assert list(public) == PUBLIC_KEYS
     assert {k: public[k] for k in ("prompts", "prompt_seed", "max_tokens", "temperature",
                                    "stream", "warmup", "duration", "requests")} == {
-        "prompts": "builtin:code", "prompt_seed": 7, "max_tokens": None, "temperature": None,
+        "prompts": "builtin:coding", "prompt_seed": 7, "max_tokens": None, "temperature": None,
         "stream": True, "warmup": "30s", "duration": "2m", "requests": None,
     }  # fmt: skip
     assert public["out"] == str(tmp_path / "out")  # as given, not resolved
