@@ -348,6 +348,23 @@ def test_drain_note_shows_count_and_deadline():
     assert driver.phase_note == ""
 
 
+def test_signal_during_the_drain_stops_it_and_keeps_the_requests():
+    load = FakeLoad(e2e_s=100.0, tokens=1000)
+    plan = closed_plan("2", duration="5s")
+    records = []
+
+    def operator(d):
+        if d.phase_note.startswith("draining") and load.now >= 1010.0:
+            d.request_stop("SIGTERM")
+
+    summary = make_driver(load, plan, records, [], drain_timeout_s=600.0, on_tick=operator).run()
+    assert summary["status"] == "interrupted" and summary["stop_reason"] == "SIGTERM"
+    assert load.now < 1020.0  # not the drain's 600 s
+    (level,) = summary["levels"]
+    assert level["complete"] is True  # its window was over: only the drain was cut
+    assert level["unfinished"] == 2 == len([r for r in records if r["step"] == "c2"])
+
+
 def test_stop_request_keeps_partial_level():
     plan = closed_plan("1,2")
     load, records, summaries = FakeLoad(), [], []
