@@ -304,3 +304,28 @@ def test_client_metrics_count_tool_tokens_as_their_own_channel() -> None:
         for s in fam.samples
     }
     assert tokens == {"reasoning": 10, "content": 0, "tool": 20}
+
+
+def test_a_tool_call_stream_through_the_client_is_recorded_per_channel(canned: Any) -> None:
+    # Through the real client (the C fused reader where built): the same counts.
+    from specload.load.chat import ChatRequester, ChatSettings  # noqa: PLC0415
+    from specload.prompts import Prompt  # noqa: PLC0415
+    from specload.urls import parse_server_url  # noqa: PLC0415
+
+    events = [chunk({"role": "assistant", "content": ""}, 0)]
+    events += [chunk({"reasoning": "r"}, i + 1) for i in range(5)]
+    events += [chunk(tool_head(), 6)] + [chunk(tool_args("a"), 7 + i) for i in range(3)]
+    events += [chunk({"content": ""}, 9, "tool_calls"), b"[DONE]"]
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    body = b"".join(b"%x\r\n%s\r\n" % (len(e) + 8, b"data: " + e + b"\n\n") for e in events)
+    server = canned([head + body + b"0\r\n\r\n"])
+    chat = ChatRequester(parse_server_url(server.url), ChatSettings(model="m", timeout_s=10.0))
+    try:
+        r = chat.send(Prompt("p", "agent", ({"role": "user", "content": "hi"},), 100), "s")
+    finally:
+        chat.close()
+    assert r.ok, (r.error_kind, r.error_detail)
+    assert (r.tokens_reasoning, r.tokens_content, r.tokens_tool, r.tokens_output) == (5, 0, 4, 9)
+    assert r.finish_reason == "tool_calls" and r.chunks == 9 and not r.reasoning_truncated
