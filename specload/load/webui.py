@@ -18,9 +18,11 @@ The *Truncated in reasoning* column counts the completed requests that hit
 ``max_tokens`` before any answer token (no TTFCT, no content tokens measured: the
 plain-Locust run's end warns when they are more than a fifth, as ``specload run``
 does per level). ``/specload`` serves the same table as a page of its own,
-``/specload/csv`` every column of the CSV (the median ITL, token totals and the
-share of coalesced chunk gaps are there, not in the tab: its 16 columns fit
-Locust's page without scrolling sideways from a 1280 px wide window up).
+``/specload/csv`` every column of the CSV (the median ITL, the token totals — the
+reasoning share among them, a column of the tab before the truncated count took
+its place — and the share of coalesced chunk gaps are there, not in the tab: its
+15 columns fit Locust's page without scrolling sideways from a 1280 px wide window
+up; a 16th made the table scroll at 1280 px).
 
 The aggregate over many records costs time on the process that also drives the
 users, so rows are computed at most once per :data:`MIN_REFRESH_S`, and never more
@@ -59,11 +61,6 @@ def _fixed(key: str, digits: int, scale: float = 1.0) -> Callable[[Mapping[str, 
     return fmt
 
 
-def _reasoning_percent(n: Mapping[str, Any]) -> str:
-    total = int(n["total_output_tokens"])
-    return f"{100.0 * int(n['total_reasoning_tokens']) / total:.0f}" if total else NO_VALUE
-
-
 @dataclass(frozen=True)
 class Column:
     key: str
@@ -86,7 +83,6 @@ COLUMNS: tuple[Column, ...] = (
     Column("tpot_p90_ms", "TPOT p90 (ms)", _fixed("p90_tpot_ms", 1)),
     Column("tpot_p99_ms", "TPOT p99 (ms)", _fixed("p99_tpot_ms", 1)),
     Column("e2e_p50_s", "E2E p50 (s)", _fixed("median_e2el_ms", 2, 1e-3)),
-    Column("reasoning_pct", "Reasoning (% of tokens)", _reasoning_percent),
     Column("tokens_per_chunk", "Tokens per chunk", _fixed("mean_tokens_per_chunk", 2)),
 )
 #: (key, title) of every column the tab and ``/specload`` show.
