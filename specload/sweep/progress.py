@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from specload.sweep.driver import SweepDriver
+from specload.load.options import WARMUP_SUFFIX
+from specload.sweep.driver import OUTAGE_SUFFIX, SweepDriver
 
 _DIGITS = re.compile(r"\d+")
 
@@ -74,6 +76,38 @@ def describe(snap: dict[str, Any]) -> str:
     if snap.get("note"):
         text += f" | {snap['note']}"
     return text
+
+
+def final_count(
+    summary: dict[str, Any],
+    written: int,
+    steps: Mapping[str, int] | None = None,
+    *,
+    all_failed: bool = False,
+) -> str:
+    """The last line's head: ``complete: 31 measured requests (+6 warm-up)``.
+
+    The levels' own requests (what their counts sum to) apart from the others kept in
+    requests.jsonl (``steps``: records written per step); a run whose every measured
+    request failed says ``finished, nothing measured``, never ``complete``.
+    """
+    head = str(summary["status"])
+    if all_failed and head in ("complete", "incomplete"):
+        head = "finished, nothing measured"
+    if steps is None:
+        return f"{head}: {written} requests"
+    names = {level["name"] for level in summary["levels"]}
+    measured = sum(n for step, n in steps.items() if step in names)
+    warmup = sum(n for step, n in steps.items() if step.endswith(WARMUP_SUFFIX))
+    outage = sum(n for step, n in steps.items() if step.endswith(OUTAGE_SUFFIX))
+    other = written - measured - warmup - outage
+    extra = [
+        f"+{n} {what}"
+        for n, what in ((warmup, "warm-up"), (outage, "during outages"), (other, "other"))
+        if n > 0
+    ]
+    noun = "request" if measured == 1 else "requests"
+    return f"{head}: {measured} measured {noun}" + (f" ({', '.join(extra)})" if extra else "")
 
 
 class Progress:

@@ -42,8 +42,8 @@ from specload.results.writer import (
 from specload.slo import parse_slo
 from specload.sweep import readiness
 from specload.sweep.backend import LocustBackend
-from specload.sweep.driver import OUTAGE_SUFFIX, OutagePolicy, SweepDriver
-from specload.sweep.progress import Progress
+from specload.sweep.driver import OutagePolicy, SweepDriver
+from specload.sweep.progress import Progress, final_count
 from specload.sweep.server_metrics import (
     CacheReset,
     ServerProbe,
@@ -405,30 +405,9 @@ def _report(
                 f"    outage {outage.get('start')} -> {outage.get('end') or 'unfinished'}"
                 + ("" if seconds is None else f" ({seconds:.1f}s, excluded from the window)")
             )
-    head = summary["status"]
-    if all_failed and head in ("complete", "incomplete"):
-        head = "finished, nothing measured"
     progress.message(
-        f"{head}: {_requests_line(summary, writer.records_written, steps)} in "
+        f"{final_count(summary, writer.records_written, steps, all_failed=all_failed)} in "
         f"{writer.requests_path}; summary {writer.summary_path}"
         + (f", {md}" if (md := writer.dir / SUMMARY_MD_FILE).exists() else "")
         + ("; plots " + ", ".join(p.name for p in plots) if plots else "")
     )
-
-
-def _requests_line(summary: dict[str, Any], written: int, steps: Counter[str] | None) -> str:
-    """``31 measured requests (+6 warm-up)``: the levels' requests, then the others kept."""
-    names = {level["name"] for level in summary["levels"]}
-    if steps is None:
-        return f"{written} requests"
-    measured = sum(n for step, n in steps.items() if step in names)
-    warmup = sum(n for step, n in steps.items() if step not in names and step.endswith("-warmup"))
-    outage = sum(n for step, n in steps.items() if step.endswith(OUTAGE_SUFFIX))
-    other = written - measured - warmup - outage
-    extra = [
-        f"+{n} {what}"
-        for n, what in ((warmup, "warm-up"), (outage, "during outages"), (other, "other"))
-        if n > 0
-    ]
-    noun = "request" if measured == 1 else "requests"
-    return f"{measured} measured {noun}" + (f" ({', '.join(extra)})" if extra else "")

@@ -9,7 +9,7 @@ import pytest
 from specload.load.records import RequestRecord
 from specload.sweep.driver import SweepDriver
 from specload.sweep.plan import build_plan
-from specload.sweep.progress import Progress, describe, snapshot
+from specload.sweep.progress import Progress, describe, final_count, snapshot
 
 pytestmark = pytest.mark.unit
 
@@ -131,3 +131,34 @@ def test_drain_line_shows_count_and_deadline_once_per_interval():
     drain = [line for line in lines if line.startswith("draining")]
     # the drain says what it waits for and until when; its countdown does not flood
     assert drain == ["draining: 3 requests in flight, up to 25s"]
+
+
+def _summary(status, *names):
+    return {"status": status, "levels": [{"name": n} for n in names]}
+
+
+def test_final_count_separates_warmup_from_measured_requests():
+    steps = {"c1-warmup": 2, "c1": 10, "c4-warmup": 4, "c4": 21}
+    assert final_count(_summary("complete", "c1", "c4"), 37, steps) == (
+        "complete: 31 measured requests (+6 warm-up)"
+    )
+    # requests started as an outage began, and the drain's, are named apart too
+    steps = {"c2": 1, "c2-outage": 2, "drain": 1}
+    assert final_count(_summary("interrupted", "c2"), 4, steps) == (
+        "interrupted: 1 measured request (+2 during outages, +1 other)"
+    )
+    assert final_count(_summary("complete", "c2"), 5, {"c2": 5}) == (
+        "complete: 5 measured requests"
+    )
+
+
+def test_final_count_never_says_complete_when_every_measured_request_failed():
+    steps = {"c2-warmup": 3, "c2": 12}
+    line = final_count(_summary("complete", "c2"), 15, steps, all_failed=True)
+    assert line == "finished, nothing measured: 12 measured requests (+3 warm-up)"
+    line = final_count(_summary("incomplete", "c2"), 15, steps, all_failed=True)
+    assert not line.startswith(("complete", "incomplete"))
+    # an interrupted or failed run says so, whatever its requests did
+    assert final_count(_summary("interrupted", "c2"), 15, steps, all_failed=True).startswith(
+        "interrupted:"
+    )
