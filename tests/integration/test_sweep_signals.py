@@ -88,6 +88,7 @@ def test_signal_during_outage_wait_ends_at_once(sweep_sim, specload_popen, tmp_p
     )
     served = sim.state()["requests_served"]  # the old engine's count: final while it loads
     time.sleep(0.5)  # well inside the wait
+    before = len(read_requests(out))
     started = time.monotonic()
     proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=20)
@@ -104,12 +105,15 @@ def test_signal_during_outage_wait_ends_at_once(sweep_sim, specload_popen, tmp_p
     assert level["complete"] is False
     assert len(level["outages"]) == 1
     records = read_requests(out)
+    assert len(records) >= before
     mine = [r for r in records if r["step"] == "c2"]
     # every record kept: the level's counts are its records, and every request the server
     # took in has a record (the refused ones never reached it)
     assert level["completed"] + level["failed"] + level["unfinished"] == len(mine) >= 5
     reached = [r for r in records if r["error_kind"] != "refused"]
-    assert len(reached) == served
+    # (a request sent on a connection the reload had just reset may never have been counted)
+    sure = [r for r in reached if r["error_kind"] != "reset"]
+    assert len(sure) <= served <= len(reached)
     assert "interrupted" in stdout
 
 
