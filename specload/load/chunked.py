@@ -59,6 +59,8 @@ def _parse_size(line: bytes) -> int:
 
 def _check_partial_size(part: bytes) -> None:
     """Fail at once when the start of a size line (no LF yet) cannot become valid."""
+    if part[:1] in (b" ", b"\t"):
+        raise _violation("chunk size not hex digits", part)
     digits, semi, ext = part.partition(b";")
     digits = digits.removesuffix(b"\r").rstrip(_BWS)
     if semi:

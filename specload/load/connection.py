@@ -10,9 +10,10 @@ read to the end: ``Content-Length`` or chunked, at most
 leaves the connection open for the next request; any other failure closes it.
 A stream that ended (``data: [DONE]``) before its body completes its request at
 once; what is left of its body (the last chunk, normally already on its way) is
-read without waiting before the next request, which gets a fresh connection when
-that body has not ended by then. ``Accept-Encoding: identity`` is asked: an encoded
-2xx answer fails as ``content_encoding``.
+read before the next request, waiting at most :data:`SETTLE_S` for it: the next
+request gets a fresh connection when that body has not ended by then.
+``Accept-Encoding: identity`` is asked: an encoded 2xx answer fails as
+``content_encoding``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import ssl
 import time
 from typing import Any
 
-import gevent
 from gevent import monkey
 
 from specload.load.failures import RequestFailed, Stale
@@ -32,6 +32,25 @@ from specload.load.response import MAX_DRAIN_BYTES, Ends, FastReader, OnBody, Re
 from specload.load.switches import SWITCHES, fastpath, rx_timestamps
 
 _perf = time.perf_counter
+_MIN_WAIT_S = 0.001  # a socket timeout of 0 would make the socket non-blocking
+# After a stream ended at [DONE] before its body: how long the next request waits for
+# the rest of that body (normally its last chunk, written right after [DONE]) to keep
+# the connection; past it, the next request goes on a fresh connection.
+SETTLE_S = 0.05
+
+
+def _send_all(sock: socket.socket, data: bytes, deadline: float | None) -> None:
+    """``sock.sendall(data)`` within ``deadline`` (a server that does not read: the
+    request's deadline, as for its answer); raises ``TimeoutError`` past it."""
+    if deadline is None:
+        sock.sendall(data)
+        return
+    sock.settimeout(max(_MIN_WAIT_S, deadline - _perf()))
+    try:
+        sock.sendall(data)
+    finally:
+        with contextlib.suppress(OSError):
+            sock.settimeout(None)
 
 
 def _socket_patched() -> bool:
@@ -144,14 +163,14 @@ class Connection:
                     except BlockingIOError:
                         sent = 0
                     if sent < len(payload):
-                        sock.sendall(payload[sent:])
+                        _send_all(sock, payload[sent:], deadline)
                 else:
-                    sock.sendall(payload)
-                left = None if deadline is None else max(0.0, deadline - _perf())
+                    _send_all(sock, payload, deadline)
                 if reactor:
+                    left = None if deadline is None else max(0.0, deadline - _perf())
                     get_reactor().wait(raw, parser, left)
                 else:
-                    self._read_blocking(sock, parser, left)
+                    self._read_blocking(sock, parser, deadline)
             except Stale:
                 self.close()
                 if reused and not attempt:
@@ -160,6 +179,9 @@ class Connection:
             except RequestFailed:
                 self.close()
                 raise
+            except TimeoutError:  # a server that does not read the request, or answer it
+                self.close()
+                raise RequestFailed("timeout", "no complete response in time") from None
             except (ConnectionResetError, BrokenPipeError, ssl.SSLError) as exc:
                 self.close()
                 if reused and not attempt and not parser.got_bytes:
@@ -181,10 +203,14 @@ class Connection:
         raise RequestFailed("reset", "connection closed before the response")
 
     def _read_blocking(
-        self, sock: socket.socket, parser: ResponseParser, timeout_s: float | None
+        self, sock: socket.socket, parser: ResponseParser, deadline: float | None
     ) -> None:
-        with gevent.Timeout(timeout_s, RequestFailed("timeout", "no complete response in time")):
+        """Read the response until complete or ``deadline`` (a socket timeout per read:
+        bounded on unpatched sockets too, where a gevent timeout cannot interrupt)."""
+        try:
             while True:
+                if deadline is not None:
+                    sock.settimeout(max(_MIN_WAIT_S, deadline - _perf()))
                 data = sock.recv(READ_SIZE)
                 now = _perf()
                 if not data:
@@ -194,29 +220,36 @@ class Connection:
                     return
                 if parser.feed(data, now):
                     return
+        finally:
+            if deadline is not None and self._sock is sock:
+                with contextlib.suppress(OSError):
+                    sock.settimeout(None)
 
     def _settle(self) -> None:
-        """Read what is there of the last response's body (never waiting); keep the
-        connection if that ends the body, else close it."""
+        """Read the rest of the last response's body, waiting at most
+        :data:`SETTLE_S` for it; keep the connection if that ends the body, else
+        close it."""
         parser, self._open = self._open, None
         sock = self._sock
         if parser is None or sock is None:
             return
-        if self.tls:  # no read without waiting on a TLS socket here
-            self.close()
-            return
-        raw: Any = getattr(sock, "_sock", sock)
+        deadline = _perf() + SETTLE_S
         taken = 0
         try:
             while taken <= MAX_DRAIN_BYTES:
-                data = raw.recv(READ_SIZE, socket.MSG_DONTWAIT)
+                left = deadline - _perf()
+                if left <= 0:
+                    break
+                sock.settimeout(left)
+                data = sock.recv(READ_SIZE)
                 if not data:
                     break
                 taken += len(data)
                 if parser.feed(data, _perf()):
                     if parser.complete and parser.keep_alive:
+                        sock.settimeout(None)
                         return  # the body ended: the connection serves the next request
                     break
-        except (OSError, RequestFailed):  # nothing more yet (BlockingIOError), or broken
+        except (OSError, RequestFailed):  # not in time (TimeoutError), or broken
             pass
         self.close()

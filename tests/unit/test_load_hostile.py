@@ -9,11 +9,15 @@ tests/integration/test_load_hostile.py.
 from __future__ import annotations
 
 import email.utils
+import gzip
 import itertools
 import json
+import re
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +26,7 @@ import orjson
 import pytest
 
 from specload.load.chat import ChatRequester, ChatSettings
+from specload.load.connection import Connection
 from specload.load.failures import (
     BACKOFF_FIRST_S,
     BACKOFF_MAX_S,
@@ -432,3 +437,159 @@ def test_faults_of_specload_itself_are_not_paced() -> None:
     out = run_user([["client_error", None]], 0.3)
     assert len(out["sends"]) > 50, len(out["sends"])
     assert out["metrics"]["specload_client_backoffs_total"] == 0
+
+
+# -- content codings and the end of a stream ------------------------------------------------
+
+
+def test_an_encoded_stream_is_content_encoding_and_none_is_asked_for(canned: Any) -> None:
+    encoded = gzip.compress(sse_ok().partition(b"\r\n\r\n")[2])
+    page = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(encoded), encoded)
+    )
+    server = canned([page, sse_ok()])
+    chat = requester(server)
+    try:
+        r = chat.send(PROMPT, "s")
+        assert not r.ok and r.error_kind == "content_encoding", (r.error_kind, r.error_detail)
+        assert r.error_detail == "gzip" and r.http_status == 200 and r.tokens_output == 0
+        assert b"\r\nAccept-Encoding: identity\r\n" in server.requests[0]
+        assert chat.send(PROMPT, "s").ok  # on a fresh connection: the encoded body unread
+        assert server.connections == 2
+    finally:
+        chat.close()
+
+
+class LateEnd:
+    """One connection: a stream up to its ``[DONE]``, the body's last chunk only when
+    ``release`` is set; then a whole stream for each further request."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.release = threading.Event()
+        self.sent_end = threading.Event()
+        self.connections = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._talk, args=(conn,), daemon=True).start()
+
+    def _talk(self, conn: socket.socket) -> None:
+        whole = sse_ok()
+        first = self.connections == 1
+        with conn:
+            try:
+                buf = b""
+                while True:
+                    while b"\r\n\r\n" not in buf:
+                        data = conn.recv(65536)
+                        if not data:
+                            return
+                        buf += data
+                    head, _, rest = buf.partition(b"\r\n\r\n")
+                    found = re.search(rb"(?i)content-length: (\d+)", head)
+                    length = int(found.group(1)) if found else 0
+                    while len(rest) < length:
+                        rest += conn.recv(65536)
+                    buf = rest[length:]
+                    if first:
+                        first = False
+                        conn.sendall(whole[: -len(b"0\r\n\r\n")])  # up to [DONE]
+                        if self.release.wait(10):
+                            conn.sendall(b"0\r\n\r\n")
+                            self.sent_end.set()
+                    else:
+                        conn.sendall(whole)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.timeout(60)  # a wait for the body's end would hang here: unpatched sockets
+@pytest.mark.parametrize("late_end_arrives", [True, False], ids=["end-arrives", "end-never"])
+def test_a_stream_is_complete_at_done_and_its_connection_kept_once_its_body_ends(
+    late_end_arrives: bool,
+) -> None:
+    server = LateEnd()
+    settings = ChatSettings(model="m", timeout_s=30.0)
+    chat = ChatRequester(parse_server_url(f"http://127.0.0.1:{server.port}"), settings)
+    try:
+        r = chat.send(PROMPT, "s")  # complete at [DONE]: not a wait for the last chunk
+        assert r.ok and r.tokens_output == 2 and r.error_kind is None
+        if late_end_arrives:
+            server.release.set()
+            assert server.sent_end.wait(10)  # on loopback: in our socket's buffer now
+        again = chat.send(PROMPT, "s")
+        assert again.ok and again.tokens_output == 2
+        # the body's end read before the next request: the same connection; else a new one
+        assert server.connections == (1 if late_end_arrives else 2)
+    finally:
+        server.release.set()
+        chat.close()
+        server.close()
+
+
+class Silent:
+    """Accepts connections and holds them: ``read`` whether it reads what comes (then
+    never answers), else it reads nothing at all."""
+
+    def __init__(self, *, read: bool) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.read = read
+        self.stop = threading.Event()
+        self.held: list[socket.socket] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.held.append(conn)
+            while self.read and not self.stop.is_set():
+                try:
+                    if not conn.recv(65536):
+                        break
+                except OSError:
+                    break
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.close()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.mark.timeout(60)  # before: a blocking read or send no gevent timeout interrupts
+@pytest.mark.parametrize(
+    ("read", "body_bytes"), [(True, 100), (False, 32 * 2**20)], ids=["no-answer", "no-read"]
+)
+def test_a_server_not_answering_or_not_reading_is_a_timeout(read: bool, body_bytes: int) -> None:
+    server = Silent(read=read)
+    conn = Connection("127.0.0.1", server.port)
+    try:
+        with pytest.raises(RequestFailed) as exc:
+            conn.request(
+                "POST",
+                "/v1/chat/completions",
+                b"x" * body_bytes,
+                b"",
+                lambda d, t: None,
+                timeout_s=0.5,
+            )
+        assert exc.value.kind == "timeout"
+    finally:
+        conn.close()
+        server.close()
