@@ -17,8 +17,8 @@ Records. A :class:`RequestRecord` has ``category``, ``step``, ``variant``,
 ``model``, ``start_s``/``end_s`` (wall clock; E2E ends at the last
 token-bearing chunk, as ``vllm bench serve``), ``ok``, ``error_kind``
 (``refused``, ``reset``, ``timeout``, ``http_<code>``, ``malformed``,
-``malformed_usage``, ``content_type``, ``no_done``, ``protocol``, ``unfinished``,
-``client_error``:
+``malformed_usage``, ``server_error``, ``content_type``, ``content_encoding``,
+``no_done``, ``protocol``, ``unfinished``, ``client_error``, ``bad_request``:
 :data:`specload.load.records.ERROR_KINDS`), ``ttft_s``, ``ttfct_s``, ``e2e_s``, ``tpot_s``,
 ``tokens_reasoning``, ``tokens_content``, ``tokens_output``, ``chunks``,
 ``chunks_coalesced``, ``finish_reason``, ``reasoning_truncated``,

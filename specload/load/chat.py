@@ -2,8 +2,8 @@
 
 Faults in the target never escape: every failure becomes a record with
 ``ok=False`` and an ``error_kind`` (``refused``, ``reset``, ``timeout``,
-``http_<code>``, ``content_type``, ``malformed``, ``malformed_usage``, ``no_done``,
-``protocol``, ``bad_request``). A 2xx answer must be ``text/event-stream`` (streamed)
+``http_<code>``, ``content_type``, ``content_encoding``, ``malformed``, ``malformed_usage``,
+``server_error``, ``no_done``, ``protocol``, ``bad_request``). A 2xx answer must be ``text/event-stream`` (streamed)
 or JSON (not streamed), else it fails as ``content_type`` (detail: the type
 received, then the start of the body). :attr:`ChatRequester.retry_after_s` is the
 wait the last failed answer asked for (``Retry-After``), for the user's pacing.
