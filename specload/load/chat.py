@@ -3,10 +3,11 @@
 Faults in the target never escape: every failure becomes a record with
 ``ok=False`` and an ``error_kind`` (``refused``, ``reset``, ``timeout``,
 ``http_<code>``, ``content_type``, ``content_encoding``, ``malformed``, ``malformed_usage``,
-``server_error``, ``no_done``, ``protocol``, ``bad_request``). A 2xx answer must be ``text/event-stream`` (streamed)
-or JSON (not streamed), else it fails as ``content_type`` (detail: the type
-received, then the start of the body). :attr:`ChatRequester.retry_after_s` is the
-wait the last failed answer asked for (``Retry-After``), for the user's pacing.
+``server_error``, ``no_done``, ``protocol``, ``bad_request``). A 2xx answer must be
+``text/event-stream`` (streamed) or JSON (not streamed), else it fails as
+``content_type`` (detail: the type received, then the start of the body).
+:attr:`ChatRequester.retry_after_s` is the wait the last failed answer asked for
+(``Retry-After``), for the user's pacing.
 Nor do faults of specload's own meter and parsers (a bug): such a request ends
 as ``client_error`` (the exception's type and message), its connection closed,
 and the user goes on. A request whose body cannot be built (a prompt that is not
@@ -46,6 +47,8 @@ from specload.urls import ServerURL
 
 DEFAULT_TIMEOUT_S = 600.0
 _DETAIL_CHARS = 200
+# A non-streamed answer longer than this fails as ``malformed`` (no chat answer is near it).
+MAX_JSON_BODY_BYTES = 64 << 20
 # The category hint for the simulator (simulator.workload.CATEGORY_HEADER), a fixed
 # header line per built-in category: a category from a file never becomes header bytes.
 _CATEGORY_HEADERS: dict[str, bytes] = {
@@ -205,8 +208,12 @@ class ChatRequester:
                 meter.sse_pending = decoder.pending_size > 0
 
         else:
+            body_size = [0]
 
             def on_body(data: bytes, now: float) -> None:
+                body_size[0] += len(data)
+                if body_size[0] > MAX_JSON_BODY_BYTES:  # an endless answer: not held in memory
+                    raise MalformedChunk(f"non-streamed answer over {MAX_JSON_BODY_BYTES} bytes")
                 body_parts.append(data)
 
         try:

@@ -593,3 +593,22 @@ def test_a_server_not_answering_or_not_reading_is_a_timeout(read: bool, body_byt
     finally:
         conn.close()
         server.close()
+
+
+def test_a_non_streamed_answer_over_the_cap_fails_malformed(
+    canned: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An endless JSON answer is not held in memory: past the cap the request fails.
+    import specload.load.chat as chat_module  # noqa: PLC0415
+
+    monkeypatch.setattr(chat_module, "MAX_JSON_BODY_BYTES", 1000)
+    big = b'{"choices": [], "pad": "' + b"x" * 5000 + b'"}'
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+    server = canned([head % len(big) + big])
+    chat = requester(server, stream=False)
+    try:
+        r = chat.send(PROMPT, "s")
+        assert not r.ok and r.error_kind == "malformed"
+        assert r.error_detail is not None and "over 1000 bytes" in r.error_detail
+    finally:
+        chat.close()
