@@ -78,6 +78,9 @@ def _closed_reader(args: list[str], *, read_first_line: bool) -> tuple[int, str]
     if read_first_line:
         proc.stdout.readline()
     proc.stdout.close()
+    # communicate() must not touch the closed stdout: gevent's (the suite may run
+    # monkey-patched, once Locust is imported) reads every pipe it still holds.
+    proc.stdout = None
     try:
         _, err = proc.communicate(timeout=60)
     finally:
