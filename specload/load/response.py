@@ -252,9 +252,7 @@ class ResponseParser:
                 self.state = _DONE
                 self.fast = None
                 return True
-            ends = self._ends
-            if ends is not None and ends.done:
-                self.stop()
+            if self._stopped_at_end():
                 return True
             if dec.error is not None:
                 raise dec.error
@@ -273,21 +271,19 @@ class ResponseParser:
             if self._left <= 0 or self.state == _DONE:
                 self.state = _DONE
                 return True
-            ends = self._ends
-            if ends is not None and ends.done:
-                self.stop()
-                return True
-            return False
+            return self._stopped_at_end()
         if state == _CLOSE:
             self._sink(data, now)
-            if self.state == _DONE:
-                return True
-            ends = self._ends
-            if ends is not None and ends.done:
-                self.stop()
-                return True
-            return False
+            return self.state == _DONE or self._stopped_at_end()
         return True
+
+    def _stopped_at_end(self) -> bool:
+        """True (and the body stopped) once the stream's own end was seen."""
+        ends = self._ends
+        if ends is not None and ends.done:
+            self.stop()
+            return True
+        return False
 
     def fast_ended(self) -> None:
         """The fused reader read the end of the body."""

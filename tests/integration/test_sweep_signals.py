@@ -55,28 +55,16 @@ def _in_outage(out: Path) -> bool:
     return bool(levels and levels[0].get("outages"))
 
 
+RUN_C2_60S = "--concurrency 2 --warmup 0 --duration 60".split()
+
+
 @pytest.mark.parametrize(
     ("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"]
 )
 def test_signal_during_outage_wait_ends_at_once(sweep_sim, specload_popen, tmp_path, sig, code):
     sim = sweep_sim(["--variant", "baseline", *SIM])
     out = tmp_path / "run"
-    proc = specload_popen(
-        [
-            "run",
-            "--host",
-            sim.url,
-            "--concurrency",
-            "2",
-            "--warmup",
-            "0",
-            "--duration",
-            "60",
-            "--out",
-            str(out),
-            *LOAD,
-        ]
-    )
+    proc = specload_popen(["run", "--host", sim.url, "--out", str(out), *RUN_C2_60S, *LOAD])
     _wait_for(lambda: _records(out, "c2") >= 5, 30, "fewer than 5 records", proc)
     sim.reload(load_time=600)  # the server goes away and does not come back
     # the run sees the outage and waits for the target (up to --outage-timeout, 45m)
