@@ -82,11 +82,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--step-overhead-ms",
         type=float,
-        default=0.0,
+        default=None,
         metavar="MS",
-        help="the variant's own cost per step that the baseline cannot show (proposer, "
-        "rejection sampler, async scheduling turned off), added to every speculative step "
-        "(default 0; `--measured` tells it from a variant run)",
+        help="the variant's own cost per step that the baseline cannot show, added to every "
+        "speculative step in place of every term the engine path implies (proposer, "
+        "engine-worker call, rejection sampler, …; `--measured` tells it from a variant run)",
+    )
+    parser.add_argument(
+        "--host-step-ms",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="the host's per-step work the variant pays where the baseline scheduled async and "
+        "the variant does not (default: the baseline's profile, else a prior 0.6-1.5 ms)",
     )
     parser.add_argument(
         "--measured",
@@ -174,8 +182,11 @@ def options_of(args: argparse.Namespace) -> Options:
         raise UsageError("--draft-cost-ratio: only with --method draft")
     check_verdict_options(args)
     overhead = args.step_overhead_ms
-    if not (math.isfinite(overhead) and 0 <= overhead <= 10_000):
+    if overhead is not None and not (math.isfinite(overhead) and 0 <= overhead <= 10_000):
         raise UsageError(f"--step-overhead-ms {overhead}: must be a number in [0, 10000]")
+    host = args.host_step_ms
+    if host is not None and not (math.isfinite(host) and 0 <= host <= 10_000):
+        raise UsageError(f"--host-step-ms {host}: must be a number in [0, 10000]")
     concurrencies = (
         parse_int_list(args.concurrency, name="--concurrency") if args.concurrency else None
     )
@@ -194,6 +205,7 @@ def options_of(args: argparse.Namespace) -> Options:
         max_num_seqs=args.max_num_seqs,
         draft_cost_ratio=ratio,
         step_overhead_ms=overhead,
+        host_step_ms=host,
     )
 
 

@@ -37,6 +37,7 @@ from simulator.engine import EngineCore, SchedulerLimits
 from simulator.engine import Sequence as EngineSequence
 from simulator.metrics import EngineMetrics
 from simulator.variants import Variant
+from specload.predict.engine_path import EnginePath
 from specload.predict.ngram import MAX_K, RequestReplay, StepSequence, Totals
 from specload.predict.stepcost import (
     CostPoint,
@@ -45,6 +46,7 @@ from specload.predict.stepcost import (
     fit_step_cost,
     plan_levels,
 )
+from specload.predict.terms import HOST, Given, Padding, Term, draw, padding_for, terms_for
 from specload.predict.tokens import TOKENS_FILE, TokenRecord, read_tokens, tokens_path
 from specload.results.aggregate import finite_number
 from specload.results.writer import read_summary
@@ -189,6 +191,9 @@ class Schedule:
 
     Per engine step: tokens verified (Σ 1 + drafted), sequences, mean context per sequence,
     tokens emitted. Per measured request: its prefill step, its last step, its output length.
+    The engine path's terms (:mod:`specload.predict.terms`) also need, per step, the draft
+    tokens, the fewest and the most tokens one sequence brought (a prefill brings its prompt:
+    whether the step is a uniform decode step of 1 + k tokens each) and the prefills.
     """
 
     n_tokens: np.ndarray
@@ -199,6 +204,10 @@ class Schedule:
     last: np.ndarray
     output_len: np.ndarray
     requests: tuple[StepSequence, ...] = ()
+    drafted: np.ndarray | None = None
+    q_min: np.ndarray | None = None
+    q_max: np.ndarray | None = None
+    prefills: np.ndarray | None = None
 
     @property
     def steps(self) -> int:
@@ -261,6 +270,7 @@ class ClosedLoopReplay:
         tok_parts: list[np.ndarray] = []
         ctx_parts: list[np.ndarray] = []
         emit_parts: list[np.ndarray] = []
+        draft_parts: list[np.ndarray] = []
         for i, t in placed:
             r = pool[i]
             cut = min(r.steps, size - t)
@@ -271,16 +281,40 @@ class ClosedLoopReplay:
             tok_parts.append(tok)
             ctx_parts.append(r.prompt_len + r.position[:cut])
             emit_parts.append(r.emitted[:cut])
+            draft_parts.append(r.drafted[:cut])
         idx = np.concatenate(idx_parts)
+        toks = np.concatenate(tok_parts)
         n_seqs = np.bincount(idx, minlength=size).astype(float)
-        n_tokens = np.bincount(idx, weights=np.concatenate(tok_parts), minlength=size)
+        n_tokens = np.bincount(idx, weights=toks, minlength=size)
+        drafted = np.bincount(idx, weights=np.concatenate(draft_parts), minlength=size)
+        q_min = np.full(size, np.inf)
+        q_max = np.zeros(size)
+        np.minimum.at(q_min, idx, toks)
+        np.maximum.at(q_max, idx, toks)
+        q_min[n_seqs == 0] = 0.0
+        prefills = np.bincount(
+            np.array([t for i, t in placed if t < size], dtype=np.int64), minlength=size
+        ).astype(float)
         ctx_sum = np.bincount(idx, weights=np.concatenate(ctx_parts), minlength=size)
         emitted = np.bincount(idx, weights=np.concatenate(emit_parts), minlength=size)
         context = ctx_sum / np.maximum(n_seqs, 1.0)
         first = np.array([t for _, t in placed[:measured]], dtype=np.int64)
         last = np.array([t + pool[i].steps - 1 for i, t in placed[:measured]], dtype=np.int64)
         out_len = np.array([pool[i].output_len for i, _ in placed[:measured]], dtype=np.int64)
-        return Schedule(n_tokens, n_seqs, context, emitted, first, last, out_len, tuple(pool))
+        return Schedule(
+            n_tokens,
+            n_seqs,
+            context,
+            emitted,
+            first,
+            last,
+            out_len,
+            tuple(pool),
+            drafted,
+            q_min,
+            q_max,
+            prefills,
+        )
 
 
 class _Cursor:
@@ -494,6 +528,10 @@ class SimEngine:
         n_seqs: list[int] = []
         ctx_sum: list[int] = []
         emitted: list[int] = []
+        drafted: list[int] = []
+        q_min: list[int] = []
+        q_max: list[int] = []
+        prefills: list[int] = []
         now = 0.0
         while unfinished:
             plan = core.plan(now)
@@ -507,6 +545,11 @@ class SimEngine:
                     first[seq.rid] = step
             n_tokens.append(plan.decode_tokens + sum(max(1, q.prompt_tokens) for q in prefill))
             n_seqs.append(len(plan.decode) + len(prefill))
+            queries = [1 + d for _, d in plan.decode] + [max(1, q.prompt_tokens) for q in prefill]
+            drafted.append(plan.decode_tokens - len(plan.decode))
+            q_min.append(min(queries))
+            q_max.append(max(queries))
+            prefills.append(len(prefill))
             ctx_sum.append(ctx)
             now += plan.duration_s
             core.complete(plan, now)
@@ -532,6 +575,10 @@ class SimEngine:
             np.asarray(last, dtype=np.int64),
             np.asarray([r.output_len for r in pool], dtype=np.int64),
             pool,
+            np.asarray(drafted, dtype=float),
+            np.asarray(q_min, dtype=float),
+            np.asarray(q_max, dtype=float),
+            np.asarray(prefills, dtype=float),
         )
         t = np.asarray(tpot, dtype=float)
         return sched, t[~np.isnan(t)]
@@ -541,21 +588,54 @@ class SimEngine:
 
 
 def _check_same(engine: Schedule, fast: Schedule, concurrency: int, fill: bool) -> None:
-    for name in ("n_tokens", "n_seqs", "context", "emitted", "first", "last", "output_len"):
+    for name in (
+        "n_tokens",
+        "n_seqs",
+        "context",
+        "emitted",
+        "first",
+        "last",
+        "output_len",
+        "drafted",
+        "q_min",
+        "q_max",
+        "prefills",
+    ):
         a, b = getattr(engine, name), getattr(fast, name)
-        if a.shape != b.shape or not np.allclose(a, b, rtol=1e-12, atol=1e-9):
+        if (
+            a is None
+            or b is None
+            or a.shape != b.shape
+            or not np.allclose(a, b, rtol=1e-12, atol=1e-9)
+        ):
             raise RuntimeError(
                 f"the fast path's placement differs from the engine's ({name}, concurrency "
                 f"{concurrency}, fill {fill}): a bug — report it"
             )
 
 
+@dataclass(frozen=True)
+class Component:
+    """One line of a level's cost breakdown at its median request: ms per output token and
+    ms per step (that request's mean over its decode steps)."""
+
+    name: str
+    per_token_ms: float
+    per_step_ms: float
+    source: str = ""
+
+
 @dataclass(frozen=True, eq=False)
 class TpotModel:
-    """Each measured request's TPOT as a linear function of the curve's coefficients.
+    """Each measured request's TPOT as a linear function of the curve's coefficients and of
+    the engine path's term values.
 
-    TPOT_i = (steps_i·a + Σn_i·b + Σctx_i·c + Σcorrection_i) / (tokens_i - 1): the interval
-    redraws the coefficients and the requests without placing anything again.
+    TPOT_i = (steps_i·a + Σn_i·b + Σctx_i·c + Σcorrection_i            (the curve at n)
+              + Σ(pad - n)_i·b + Σ(correction(pad) - correction(n))_i   (padding)
+              + Σ_t value_t · Σunit_t,i) / (tokens_i - 1)               (each term)
+
+    so the interval redraws the coefficients, the requests and the terms' values without
+    placing anything again.
     """
 
     features: np.ndarray  # (R, 3): decode steps, Σ tokens, Σ mean context
@@ -564,9 +644,27 @@ class TpotModel:
     total_ms_features: np.ndarray  # (3,) the same sums over all steps (throughput)
     total_extra_ms: float
     emitted_tokens: float
+    # Padding (None: the path pads nothing): Σ(padded - n) and Σ of the correction's change,
+    # per request, and over all steps.
+    pad_tokens: np.ndarray | None = None
+    pad_extra: np.ndarray | None = None
+    total_pad: tuple[float, float] = (0.0, 0.0)
+    padding_source: str = ""
+    # The terms, and per request (R, T) / over all steps (T,) the Σ of each one's unit_ms.
+    terms: tuple[Term, ...] = ()
+    term_units: np.ndarray | None = None
+    total_term_units: np.ndarray | None = None
 
     @classmethod
-    def of(cls, schedule: Schedule, fit: StepCostFit) -> TpotModel:
+    def of(
+        cls,
+        schedule: Schedule,
+        fit: StepCostFit,
+        *,
+        terms: Sequence[Term] = (),
+        padding: Padding | None = None,
+        k: int = 0,
+    ) -> TpotModel:
         keep = schedule.output_len > 1
         correction = fit.correction_ms(schedule.n_tokens)
         ones = np.ones(schedule.steps)
@@ -577,6 +675,20 @@ class TpotModel:
                 schedule.decode_sums(schedule.context),
             ]
         )[keep]
+        pad_tokens = pad_extra = None
+        total_pad = (0.0, 0.0)
+        if padding is not None:
+            padded = padding.padded(schedule, k)
+            more = padded - schedule.n_tokens
+            change = fit.correction_ms(padded) - correction
+            pad_tokens = schedule.decode_sums(more)[keep]
+            pad_extra = schedule.decode_sums(change)[keep]
+            total_pad = (float(more.sum()), float(change.sum()))
+        term_units = total_units = None
+        if terms:
+            units = [np.asarray(t.unit_ms(schedule), dtype=float) for t in terms]
+            term_units = np.column_stack([schedule.decode_sums(u) for u in units])[keep]
+            total_units = np.array([float(u.sum()) for u in units])
         return cls(
             features=feats,
             extra=schedule.decode_sums(correction)[keep],
@@ -586,18 +698,51 @@ class TpotModel:
             ),
             total_extra_ms=float(correction.sum()),
             emitted_tokens=float(schedule.emitted.sum()),
+            pad_tokens=pad_tokens,
+            pad_extra=pad_extra,
+            total_pad=total_pad,
+            padding_source=padding.source if padding is not None else "",
+            terms=tuple(terms),
+            term_units=term_units,
+            total_term_units=total_units,
         )
 
     @property
     def requests(self) -> int:
         return len(self.tokens)
 
-    def tpot_ms(self, coef: np.ndarray) -> np.ndarray:
+    @property
+    def values(self) -> np.ndarray:
+        """The terms' estimates."""
+        return np.array([t.value for t in self.terms], dtype=float)
+
+    def curve_ms(self, coef: np.ndarray) -> np.ndarray:
+        """Per request: the curve at each step's own token count (no padding, no terms)."""
         return np.asarray((self.features @ coef + self.extra) / self.tokens)
+
+    def padding_ms(self, coef: np.ndarray) -> np.ndarray:
+        if self.pad_tokens is None or self.pad_extra is None:
+            return np.zeros(self.requests)
+        return np.asarray((coef[1] * self.pad_tokens + self.pad_extra) / self.tokens)
+
+    def terms_ms(self, values: np.ndarray | None = None) -> np.ndarray:
+        if self.term_units is None:
+            return np.zeros(self.requests)
+        v = self.values if values is None else values
+        return np.asarray((self.term_units @ v) / self.tokens)
+
+    def tpot_ms(self, coef: np.ndarray) -> np.ndarray:
+        """Per request: the curve at each step's padded size (the terms left out)."""
+        return np.asarray(self.curve_ms(coef) + self.padding_ms(coef))
+
+    def predicted_ms(self, coef: np.ndarray, values: np.ndarray | None = None) -> np.ndarray:
+        """Per request: the variant's TPOT, the terms at ``values`` (their estimates)."""
+        return np.asarray(self.tpot_ms(coef) + self.terms_ms(values))
 
     def overhead_for(self, coef: np.ndarray, target_ms: float) -> float:
         """The per-step overhead X (ms, any sign) at which the median TPOT with every step
-        costing X more equals ``target_ms``: TPOT_i(X) = TPOT_i(0) + X·steps_i/tokens_i."""
+        costing X more than the curve at its padded size (no terms) equals ``target_ms``:
+        TPOT_i(X) = TPOT_i(0) + X·steps_i/tokens_i."""
         if self.requests == 0 or not math.isfinite(target_ms):
             return math.nan
         t0 = self.tpot_ms(coef)
@@ -608,10 +753,69 @@ class TpotModel:
             lo, hi = (mid, hi) if median(t0 + mid * per) < target_ms else (lo, mid)
         return (lo + hi) / 2
 
-    def throughput(self, coef: np.ndarray) -> float:
-        """Output tokens per second over the whole placed span."""
+    def throughput(self, coef: np.ndarray, values: np.ndarray | None = None) -> float:
+        """Output tokens per second over the whole placed span (terms at their estimates)."""
         total_ms = float(self.total_ms_features @ coef) + self.total_extra_ms
+        total_ms += float(coef[1]) * self.total_pad[0] + self.total_pad[1]
+        if self.total_term_units is not None:
+            total_ms += float(self.total_term_units @ (self.values if values is None else values))
         return self.emitted_tokens / (total_ms / 1000.0) if total_ms > 0 else math.nan
+
+    def median_request(self, coef: np.ndarray) -> int:
+        """The index of the request whose predicted TPOT is the median (rank ⌊0.5·(n-1)⌋)."""
+        order = np.argsort(self.predicted_ms(coef), kind="stable")
+        return int(order[(self.requests - 1) // 2])
+
+    def breakdown(self, coef: np.ndarray) -> list[Component]:
+        """The median request's TPOT, part by part: the curve at each step's own size, the
+        padding (where the path pads), each term at its estimate. The per-token parts sum to
+        the predicted median."""
+        if self.requests == 0:
+            return []
+        i = self.median_request(coef)
+        tok, steps = float(self.tokens[i]), float(self.features[i, 0])
+        per_step = tok / steps if steps > 0 else math.nan
+
+        def part(name: str, ms_sum: float, source: str) -> Component:
+            return Component(name, ms_sum / tok, ms_sum / tok * per_step, source)
+
+        out = [
+            part(
+                "baseline step",
+                float(self.features[i] @ coef + self.extra[i]),
+                "the baseline's curve at the step's tokens",
+            )
+        ]
+        if self.pad_tokens is not None and self.pad_extra is not None:
+            out.append(
+                part(
+                    "padding",
+                    float(coef[1] * self.pad_tokens[i] + self.pad_extra[i]),
+                    self.padding_source,
+                )
+            )
+        if self.term_units is not None:
+            for j, t in enumerate(self.terms):
+                out.append(part(t.name, float(self.term_units[i, j] * t.value), t.source))
+        return out
+
+    def overhead_per_step(self, coef: np.ndarray) -> tuple[float, float, float]:
+        """The terms' cost per step at the median request: (estimate, all at their low, all
+        at their high) — beside the break-even overhead."""
+        if self.requests == 0 or self.term_units is None:
+            return 0.0, 0.0, 0.0
+        i = self.median_request(coef)
+        steps = float(self.features[i, 0])
+        if steps <= 0:
+            return math.nan, math.nan, math.nan
+        units = self.term_units[i]
+        lows = np.array([t.low for t in self.terms])
+        highs = np.array([t.high for t in self.terms])
+        return (
+            float(units @ self.values) / steps,
+            float(units @ lows) / steps,
+            float(units @ highs) / steps,
+        )
 
     def interval(
         self,
@@ -620,24 +824,36 @@ class TpotModel:
         n_boot: int,
         confidence: float,
         rng: np.random.Generator,
-        overhead_ms: float = 0.0,
-    ) -> tuple[float, float, float]:
-        """(median, low, high) of the TPOT median: the fit's error x the request sample;
-        ``overhead_ms`` is added to every step (the variant's own per-step cost)."""
-        bump = np.array([overhead_ms, 0.0, 0.0])
-        est = median(self.tpot_ms(fit.coef + bump))
+        baseline_ms: float | None = None,
+    ) -> tuple[float, float, float, float | None]:
+        """(median, low, high, p_faster) of the TPOT median: the fit's error x the request
+        sample x the terms' ranges (each drawn triangular over low..high, its mode at the
+        estimate); p_faster: the share of draws whose median is below ``baseline_ms``."""
+        est = median(self.predicted_ms(fit.coef))
         r = self.requests
         if r == 0:
-            return est, est, est
-        coefs = fit.sample_coefs(rng, n_boot) + bump  # (B, 3)
+            return est, est, est, None
+        coefs = fit.sample_coefs(rng, n_boot)  # (B, 3)
         pick = rng.integers(0, r, size=(n_boot, r))
         feats = self.features[pick]  # (B, R, 3)
-        tp = (np.einsum("brk,bk->br", feats, coefs) + self.extra[pick]) / self.tokens[pick]
+        num = np.einsum("brk,bk->br", feats, coefs) + self.extra[pick]
+        if self.pad_tokens is not None and self.pad_extra is not None:
+            num += coefs[:, 1:2] * self.pad_tokens[pick] + self.pad_extra[pick]
+        if self.term_units is not None:
+            values = np.column_stack([draw(t, rng, n_boot) for t in self.terms])  # (B, T)
+            per_req = (self.term_units @ values.T).T  # (B, R)
+            num += np.take_along_axis(per_req, pick, axis=1)
+        tp = num / self.tokens[pick]
         tp.sort(axis=1)
         meds = tp[:, (r - 1) // 2]
         alpha = (1.0 - confidence) / 2.0
         low, high = (float(x) for x in np.quantile(meds, [alpha, 1.0 - alpha]))
-        return est, min(low, est), max(high, est)
+        p_faster = (
+            float(np.mean(meds < baseline_ms))
+            if baseline_ms is not None and math.isfinite(baseline_ms)
+            else None
+        )
+        return est, min(low, est), max(high, est), p_faster
 
 
 def median(values: np.ndarray) -> float:
@@ -676,9 +892,19 @@ class Options:
     schedule_ks: tuple[int, ...] = tuple(range(1, MAX_K + 1))
     max_num_seqs: int = 256
     draft_cost_ratio: float | None = None
-    # The variant's own cost per step that no baseline shows (proposer, rejection sampler,
-    # vLLM turning async scheduling off for n-gram): added to every speculative step.
-    step_overhead_ms: float = 0.0
+    # The variant's own cost per step that no baseline shows, given (--step-overhead-ms):
+    # one flat term "override" in place of every term the engine path implies. None: the
+    # engine path's terms (specload.predict.terms).
+    step_overhead_ms: float | None = None
+    # The engine path the variant and the baseline run on (None: not known: no terms, no
+    # padding — the baseline's curve alone).
+    engine_path: EnginePath | None = None
+    # The synchronous host work per step, given (--host-step-ms; else the baseline's profile
+    # in term_values, else the prior).
+    host_step_ms: float | None = None
+    # Figures for terms by name (specload.predict.terms.TERM_NAMES) from the baseline's
+    # profile or the server's log, in place of the priors.
+    term_values: dict[str, Given] = field(default_factory=dict)
 
 
 @dataclass
@@ -697,6 +923,15 @@ class KResult:
     # does not pay even with none.
     break_even_overhead_ms: float = math.nan
     model: TpotModel | None = field(default=None, repr=False)
+    # The share of the interval's draws (coefficients x requests x terms) whose median is
+    # below the baseline's median (None: no request to draw).
+    p_faster: float | None = None
+    # The median request's TPOT part by part (baseline step, padding, each term).
+    breakdown: list[Component] = field(default_factory=list)
+    # The terms' cost per step at the median request: estimate, all low, all high.
+    overhead_ms: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    terms: tuple[Term, ...] = ()
+    padding: str | None = None  # where the padded sizes came from (None: no padding)
 
 
 @dataclass
@@ -789,6 +1024,27 @@ class _Replays:
 
     def pool(self, indices: Sequence[int], k: int) -> list[StepSequence]:
         return [self.steps(i, k) for i in indices]
+
+
+def variant_terms(opts: Options, k: int) -> tuple[tuple[Term, ...], Padding | None]:
+    """The variant's extra terms and padding at ``k`` on ``opts.engine_path``
+    (:mod:`specload.predict.terms`); ``--step-overhead-ms`` replaces the terms, not the
+    padding. A figure given for a term the path does not have is an error (ValueError)."""
+    path = opts.engine_path
+    given = dict(opts.term_values)
+    if opts.host_step_ms is not None:
+        if path is None or not (path.baseline_async is True and path.variant_async is False):
+            raise ValueError(
+                f"--host-step-ms {opts.host_step_ms:g}: the engine path has no synchronous host "
+                "term (only where the baseline schedules async and the variant does not)"
+            )
+        given[HOST] = Given(opts.host_step_ms, "flag --host-step-ms")
+    if opts.step_overhead_ms is not None:
+        terms = terms_for(path, k, override_ms=opts.step_overhead_ms)
+    else:
+        terms = terms_for(path, k, given=given)
+    padding = padding_for(path, k) if path is not None else None
+    return terms, padding
 
 
 def _fit_points(
@@ -942,15 +1198,15 @@ def forecast(
         for kk in ks:
             seqs = replays.pool(idx, kk)
             place = engine.schedule if kk == k else explore
-            model = TpotModel.of(place(seqs, c, fill=fill), fit)
-            est, low, high = model.interval(
+            terms, padding = variant_terms(opts, kk)
+            model = TpotModel.of(place(seqs, c, fill=fill), fit, terms=terms, padding=padding, k=kk)
+            est, low, high, p_faster = model.interval(
                 fit,
                 n_boot=opts.n_boot,
                 confidence=opts.confidence,
                 rng=rng,
-                overhead_ms=opts.step_overhead_ms,
+                baseline_ms=baseline_ms,
             )
-            coef_v = fit.coef + np.array([opts.step_overhead_ms, 0.0, 0.0])
             results[kk] = KResult(
                 k=kk,
                 predicted_ms=est,
@@ -958,12 +1214,17 @@ def forecast(
                 high_ms=high,
                 speedup=baseline_ms / est if est > 0 else math.nan,
                 verdict=verdict(baseline_ms, est, low, high, opts.min_difference),
-                output_throughput=model.throughput(coef_v),
+                output_throughput=model.throughput(fit.coef),
                 totals=_totals(seqs, kk),
                 by_phase=_phase_totals(seqs, kk),
                 by_category=_category_totals(seqs, kk),
                 break_even_overhead_ms=model.overhead_for(fit.coef, baseline_ms),
                 model=model,
+                p_faster=p_faster,
+                breakdown=model.breakdown(fit.coef),
+                overhead_ms=model.overhead_per_step(fit.coef),
+                terms=terms,
+                padding=padding.source if padding is not None else None,
             )
         levels.append(
             LevelForecast(
@@ -1132,10 +1393,11 @@ def _draft_break_even(
         for kk in ks:
             # every decoding sequence verifies k more tokens; the prefills in the step stay
             tv = float(fit.step_ms(n_eff + kk * c, ctx_eff))
-            length = (tv + kk * ratio * t1 + opts.step_overhead_ms) / t1
+            overhead = opts.step_overhead_ms or 0.0
+            length = (tv + kk * ratio * t1 + overhead) / t1
             by_k[str(kk)] = {
                 "verify_step_ms": tv,
-                "step_overhead_ms": opts.step_overhead_ms,
+                "step_overhead_ms": overhead,
                 "draft_ms": kk * ratio * t1,
                 "break_even_mean_acceptance_length": length,
                 "break_even_acceptance_rate": break_even_acceptance_rate(length, kk),

@@ -7,6 +7,7 @@ from typing import Any
 
 import orjson
 
+from specload.predict.engine_path import EnginePath
 from specload.predict.forecast import Forecast, KResult, LevelForecast
 from specload.predict.ngram import Totals
 from specload.predict.stepcost import Plan, StepCostFit
@@ -49,6 +50,24 @@ def level_json(lf: LevelForecast, k: int, plan: Plan) -> dict[str, Any]:
         "speedup": finite_number(r.speedup),
         "verdict": r.verdict,
         "break_even_step_overhead_ms": finite_number(r.break_even_overhead_ms),
+        # the engine path's terms per step at the median request (estimate, all at their
+        # low, all at their high), beside the break-even overhead; the probability that the
+        # variant is faster (the interval's draws below the baseline's median)
+        "estimated_step_overhead_ms": finite_number(r.overhead_ms[0]),
+        "estimated_step_overhead_low_ms": finite_number(r.overhead_ms[1]),
+        "estimated_step_overhead_high_ms": finite_number(r.overhead_ms[2]),
+        "p_faster": r.p_faster,
+        # the median request's TPOT part by part: the parts' per_token_ms sum to the
+        # predicted median; per_step_ms is the same part per step of that request
+        "breakdown": [
+            {
+                "name": b.name,
+                "per_token_ms": finite_number(b.per_token_ms),
+                "per_step_ms": finite_number(b.per_step_ms),
+                "source": b.source,
+            }
+            for b in r.breakdown
+        ],
         # the most tokens a step of this level verifies, and whether a baseline level
         # measured steps that large (else the curve is extrapolated there: see --plan)
         "step_tokens_max": need.tokens if need is not None else None,
@@ -66,6 +85,53 @@ def level_json(lf: LevelForecast, k: int, plan: Plan) -> dict[str, Any]:
         "by_phase": {name: _totals_dict(v) for name, v in r.by_phase.items()},
         "by_category": {name: _totals_dict(v) for name, v in r.by_category.items()},
     }
+
+
+def engine_path_json(path: EnginePath | None) -> dict[str, Any] | None:
+    """The engine path as JSON: its own ``to_json()`` where it has one, else its fields."""
+    if path is None:
+        return None
+    to_json = getattr(path, "to_json", None)
+    if callable(to_json):
+        return dict(to_json())
+    return {
+        "name": path.name,
+        "vllm_version": path.vllm_version,
+        "device": path.device,
+        "runner": path.runner,
+        "proposer": path.proposer,
+        "replay_rule": path.replay_rule,
+        "baseline_async": path.baseline_async,
+        "variant_async": path.variant_async,
+        "graph_mode": path.graph_mode,
+        "capture_sizes": list(path.capture_sizes),
+        "sources": dict(path.sources),
+    }
+
+
+def engine_path_lines(path: EnginePath | None) -> list[str]:
+    """One line per field group: the engine path as the Markdown prints it."""
+    if path is None:
+        return ["engine path: not known (no terms priced: the baseline's curve alone)"]
+    describe = getattr(path, "describe", None)
+    if callable(describe):
+        text = describe()
+        return [str(line) for line in (text.splitlines() if isinstance(text, str) else text)]
+
+    def onoff(x: bool | None) -> str:
+        return "unknown" if x is None else "on" if x else "off"
+
+    sizes = ", ".join(str(n) for n in path.capture_sizes) or "none"
+    return [
+        f"engine path: {path.name} (vLLM {path.vllm_version or 'unknown'}, {path.device}), "
+        f"runner {path.runner}, proposer {path.proposer}, replay rule {path.replay_rule}",
+        f"async scheduling: baseline {onoff(path.baseline_async)}, variant "
+        f"{onoff(path.variant_async)}; graph mode {path.graph_mode}, capture sizes {sizes}",
+    ]
+
+
+def terms_json(r: KResult) -> list[dict[str, Any]]:
+    return [t.to_dict() for t in r.terms]
 
 
 def fit_json(fit: StepCostFit) -> dict[str, Any]:
@@ -87,6 +153,8 @@ def forecast_json(fc: Forecast, measured: dict[str, Any] | None = None) -> dict[
         "min_difference": o.min_difference,
         "curve": o.curve,
         "step_overhead_ms": o.step_overhead_ms,
+        "host_step_ms": o.host_step_ms,
+        "engine_path": engine_path_json(o.engine_path),
         "warnings": list(fc.warnings),
     }
     if o.method == "draft":
@@ -94,6 +162,11 @@ def forecast_json(fc: Forecast, measured: dict[str, Any] | None = None) -> dict[
         out["levels"] = fc.draft or []
     else:
         out["levels"] = [level_json(lf, o.num_speculative_tokens, fc.plan) for lf in fc.levels]
+        main = fc.levels[0].results[o.num_speculative_tokens] if fc.levels else None
+        # the extra terms the engine path implies at k (absent: not implied) and where the
+        # padded step sizes came from (None: the path pads nothing)
+        out["terms"] = terms_json(main) if main is not None else []
+        out["padding"] = main.padding if main is not None else None
         out["totals"] = {
             **_totals_dict(fc.totals),
             "by_phase": {n: _totals_dict(v) for n, v in fc.totals_by_phase.items()},
@@ -204,6 +277,65 @@ def _signed_pct(x: float | None) -> str:
     return "-" if x is None or not math.isfinite(x) else f"{100 * x:+.1f}%"
 
 
+def decision_line(lf: LevelForecast, r: KResult) -> str:
+    """'faster with p=0.83; break-even 2.1 ms/step vs estimated 0.9 (0.6-1.5)'."""
+    p = "-" if r.p_faster is None else f"{r.p_faster:.2f}"
+    faster = r.predicted_ms < lf.baseline_ms
+    prob = f"faster with p={p}" if faster else f"not faster (p faster {p})"
+    est, lo, hi = r.overhead_ms
+    estimated = (
+        "no extra term priced"
+        if not r.terms
+        else f"estimated {_f(est)}" + ("" if lo == hi else f" ({_f(lo)}-{_f(hi)})")
+    )
+    return f"{prob}; break-even {_f(max(r.break_even_overhead_ms, 0.0))} ms/step vs {estimated}"
+
+
+def breakdown_markdown(fc: Forecast) -> list[str]:
+    """Per level, the median request's TPOT part by part (ms per output token), the terms'
+    sources below."""
+    k = fc.options.num_speculative_tokens
+    if not fc.levels:
+        return []
+    names: list[str] = []
+    for lf in fc.levels:
+        for b in lf.results[k].breakdown:
+            if b.name not in names:
+                names.append(b.name)
+    lines = [
+        f"## Cost breakdown (k={k}, ms per output token at the median request; per step in "
+        "brackets)",
+        "",
+        *engine_path_lines(fc.options.engine_path),
+        "",
+        "| concurrency | " + " | ".join(names) + " | predicted ms |",
+        "|---:|" + "---:|" * (len(names) + 1),
+    ]
+    for lf in fc.levels:
+        r = lf.results[k]
+        by = {b.name: b for b in r.breakdown}
+        cells = [
+            f"{_f(by[n].per_token_ms, 3)} [{_f(by[n].per_step_ms, 3)}]" if n in by else "-"
+            for n in names
+        ]
+        lines.append(f"| {lf.concurrency} | " + " | ".join(cells) + f" | {_f(r.predicted_ms)} |")
+    main = fc.levels[0].results[k]
+    lines.append("")
+    if main.padding is not None:
+        lines.append(
+            f"- padding: the curve at the padded size minus at the step's own; {main.padding}"
+        )
+    for t in main.terms:
+        rng = "" if t.low == t.high else f" (range {t.low:g}-{t.high:g})"
+        lines.append(f"- {t.name}: {t.value:g} {t.unit}{rng}, {t.source}: {t.why}")
+    if not main.terms and main.padding is None:
+        lines.append(
+            "- no extra term: the variant's steps are priced on the baseline's curve alone"
+        )
+    lines.append("")
+    return lines
+
+
 def forecast_markdown(fc: Forecast, measured: dict[str, Any] | None = None) -> str:
     o = fc.options
     lines: list[str] = []
@@ -269,11 +401,16 @@ def forecast_markdown(fc: Forecast, measured: dict[str, Any] | None = None) -> s
             )
         lines += [
             "",
-            f"Every speculative step is charged {o.step_overhead_ms:g} ms more than the baseline "
-            "curve (`--step-overhead-ms`). Break-even step overhead: the variant's own cost per "
-            "step (proposer, rejection sampler; vLLM 0.32 turns async scheduling off for n-gram) "
-            "at which it stops paying; 0: it does not pay even without one.",
+            "Break-even step overhead: the variant's own cost per step (beyond the curve at "
+            "the padded step size) at which it stops paying; 0: it does not pay even without "
+            "one. Estimated: the engine path's terms per step at the median request (all at "
+            "their low .. high); p: the share of the interval's draws (curve x requests x the "
+            "terms' ranges) faster than the baseline's median.",
+            "",
         ]
+        for lf in fc.levels:
+            lines.append(f"- c{lf.concurrency}: {decision_line(lf, lf.results[k])}")
+        lines += ["", *breakdown_markdown(fc)]
         lines += ["", "Per-position acceptance (accepted at position / drafts):", ""]
         for lf in fc.levels:
             pa = lf.results[k].totals.position_acceptance

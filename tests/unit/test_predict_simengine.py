@@ -23,7 +23,10 @@ from specload.predict.synthetic import LinearCost, make_records, write_synthetic
 
 pytestmark = pytest.mark.unit
 
-FIELDS = ("n_tokens", "n_seqs", "context", "emitted", "first", "last", "output_len")
+FIELDS = (
+    "n_tokens", "n_seqs", "context", "emitted", "first", "last", "output_len",
+    "drafted", "q_min", "q_max", "prefills",
+)  # fmt: skip
 LEVELS = [1, 2, 4, 8]
 
 
