@@ -1,5 +1,37 @@
 """Replay of vLLM's n-gram (prompt-lookup) proposer over recorded token ids.
 
+Three rules, one per engine path (:data:`RULES`, chosen by ``EnginePath.replay_rule``):
+
+========== ============================================================================
+``v1``     the V1 model runner's CPU proposer (``method: ngram``; the numba
+           ``NgramProposer``, ``vllm/v1/spec_decode/ngram_proposer.py``): the longest
+           suffix n-gram at its **earliest** occurrence, 0..k draft tokens — what the
+           rest of this docstring describes
+``v2``     Model Runner V2's Triton kernel (``method: ngram`` or ``ngram_gpu`` on the V2
+           runner, vLLM 0.32 ``vllm/v1/worker/gpu/spec_decode/ngram/speculator.py``): the
+           longest suffix n-gram at its **rightmost** earlier occurrence (the scan packs
+           ``n * (L+1) + pos + 1`` and takes the max, l. 82-86); **always k** draft tokens:
+           slots past the tokens the context holds after the match, and every slot when
+           nothing matched (or the context is shorter than ``prompt_lookup_min``), carry
+           the **last sampled token** (``last_sampled_tokens``, the context's last token,
+           l. 145-147; set by ``post_update`` in ``vllm/v1/worker/gpu/input_batch.py``
+           before ``propose`` runs); they are verified as ordinary drafts, accepted when
+           they match, and counted (the scheduler schedules k placeholders per decode
+           step, ``DraftTokensHandler.get_draft_tokens`` and
+           ``vllm/v1/core/sched/async_scheduler.py``)
+``ngram_gpu`` the V1 runner's ``method: ngram_gpu`` (``NgramProposerGPU``,
+           ``vllm/v1/spec_decode/ngram_proposer_gpu.py``): the ``v1`` draft (earliest
+           occurrence of the longest n-gram, ``argmax`` of the first match per length,
+           l. 105-117), unfilled slots -1; the worker trims the step to the valid
+           drafts (``update_scheduler_for_invalid_drafts``), but the engine core's own
+           copy of the scheduler output keeps k placeholder slots, so the counters count
+           **k draft tokens on every decode step** (``Scheduler.update_from_output``:
+           ``num_draft_tokens = len(scheduled_spec_token_ids)``) while only the valid
+           ones are computed: :attr:`StepSequence.drafted` (rows verified) and
+           :attr:`StepSequence.counted` (what ``vllm:spec_decode_num_draft_tokens`` adds)
+           differ
+========== ============================================================================
+
 An independent implementation of the rules of vLLM's V1 n-gram speculation (read in
 ``vllm-project/vllm``: ``vllm/v1/spec_decode/ngram_proposer.py``, the scheduler
 ``vllm/v1/core/sched/scheduler.py`` and the counters ``vllm/v1/spec_decode/metrics.py``;
@@ -50,6 +82,15 @@ import numpy as np
 
 # The largest k the k schedule explores (and the default depth of the agreement lengths).
 MAX_K = 8
+
+# The replay rules (module doc): one per proposer vLLM runs.
+RULES = ("v1", "v2", "ngram_gpu")
+
+
+def check_rule(rule: str) -> str:
+    if rule not in RULES:
+        raise ValueError(f"n-gram replay rule {rule!r}: one of {', '.join(RULES)}")
+    return rule
 
 
 class NgramIndex:
@@ -119,6 +160,64 @@ class NgramIndex:
         return self.tokens[start : start + min(k, n - start)]
 
 
+class RightmostIndex:
+    """A growing token sequence with the latest start of every n-gram of length lo..hi.
+
+    The ``v2`` rule's index: :meth:`append` adds a token and returns where the draft for the
+    new context starts — just after the **rightmost** earlier occurrence of the longest
+    suffix n-gram that occurs earlier (``start <= N - L - 1``, as the kernel's
+    ``max_pos_n = seq_len - n_iter - 1``) — or -1. The start looked up before the suffix's
+    own start is stored is exactly the rightmost earlier one: ``hi - lo + 1`` dictionary
+    operations per token.
+    """
+
+    __slots__ = ("_last", "_match", "hi", "lo", "tokens")
+
+    def __init__(self, lookup_min: int, lookup_max: int, tokens: Iterable[int] = ()) -> None:
+        if lookup_min < 1 or lookup_max < lookup_min:
+            raise ValueError(
+                f"prompt_lookup_min {lookup_min} / prompt_lookup_max {lookup_max}: "
+                "need 1 <= min <= max"
+            )
+        self.lo = lookup_min
+        self.hi = lookup_max
+        self.tokens: list[int] = []
+        self._last: dict[tuple[int, ...], int] = {}
+        self._match = -1
+        for t in tokens:
+            self.append(t)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    def append(self, token: int) -> int:
+        toks = self.tokens
+        toks.append(token)
+        n = len(toks)
+        last = self._last
+        match = -1
+        for length in range(min(self.hi, n), self.lo - 1, -1):
+            start = n - length
+            key = tuple(toks[start:n])
+            s = last.get(key)
+            last[key] = start
+            if match < 0 and s is not None:
+                match = s + length
+        self._match = match
+        return match
+
+    def propose(self, k: int) -> list[int]:
+        """The kernel's k draft tokens for the current context (the ``v2`` rule): the tokens
+        after the match, then the last token as filler (every slot without a match)."""
+        toks = self.tokens
+        n = len(toks)
+        if k <= 0 or not n:
+            return []
+        start = self._match if n >= self.lo else -1
+        content = toks[start : start + min(k, n - start)] if start >= 0 else []
+        return content + [toks[-1]] * (k - len(content))
+
+
 def propose(
     context: Sequence[int],
     *,
@@ -126,9 +225,17 @@ def propose(
     lookup_min: int,
     lookup_max: int,
     max_model_len: int | None = None,
+    rule: str = "v1",
 ) -> list[int]:
     """The proposer's draft for one context (builds an index: for a growing sequence use
-    :class:`NgramIndex`)."""
+    :class:`NgramIndex` / :class:`RightmostIndex`).
+
+    ``v1`` and ``ngram_gpu``: the tokens after the earliest occurrence (0..k; ngram_gpu's
+    -1 slots left out). ``v2``: exactly k tokens, the filler included (the scheduler's
+    ``max_model_len`` cap applies to the step, not here).
+    """
+    if check_rule(rule) == "v2":
+        return RightmostIndex(lookup_min, lookup_max, context).propose(k)
     return NgramIndex(lookup_min, lookup_max, context).propose(k, max_model_len)
 
 
@@ -138,9 +245,11 @@ class StepSequence:
 
     Per step: ``position`` (index in the output of the first token the step emits; the
     context the step verifies against is ``prompt_len + position``), ``drafted`` (draft
-    tokens verified, 0 without a draft), ``accepted``, ``emitted`` (accepted + 1, cut at
-    the output's end) and ``answer`` (the step starts inside the answer: ``position >=
-    content_start``).
+    tokens verified, 0 without a draft: the step computes ``1 + drafted`` rows),
+    ``accepted``, ``emitted`` (accepted + 1, cut at the output's end) and ``answer`` (the
+    step starts inside the answer: ``position >= content_start``). ``counted``: the draft
+    tokens vLLM's counters add per step where that differs from ``drafted`` (the
+    ``ngram_gpu`` rule: k per decode step), else None.
     """
 
     prompt_len: int
@@ -153,18 +262,24 @@ class StepSequence:
     accepted_max: int = 0
     category: str = "unknown"
     level: str = ""
+    counted: np.ndarray | None = None
 
     @property
     def steps(self) -> int:
         return len(self.position)
 
     @property
+    def counted_tokens(self) -> np.ndarray:
+        """Draft tokens per step as vLLM's counters see them."""
+        return self.drafted if self.counted is None else self.counted
+
+    @property
     def drafts(self) -> int:
-        return int(np.count_nonzero(self.drafted))
+        return int(np.count_nonzero(self.counted_tokens))
 
     @property
     def draft_tokens(self) -> int:
-        return int(self.drafted.sum())
+        return int(self.counted_tokens.sum())
 
     @property
     def accepted_tokens(self) -> int:
@@ -178,12 +293,14 @@ class StepSequence:
 
 
 class RequestReplay:
-    """The k-independent part of one request's replay.
+    """The k-independent part of one request's replay under one rule (:data:`RULES`).
 
     For each context the proposer sees (after the j-th output token, j = 1..M-1): how many
     tokens the context holds after the match (the longest draft possible; 0: no match) and
-    how many tokens from there agree with the real continuation (capped at ``max_k``).
-    :meth:`steps` then walks the request for any k <= ``max_k`` in O(steps with a draft).
+    how many tokens from there agree with the real continuation (capped at ``max_k``; for
+    ``v2`` the draft continues with the filler token, so that agreement counts it too:
+    the k-token draft is a prefix of the ``max_k`` one). :meth:`steps` then walks the
+    request for any k <= ``max_k`` in O(steps with a draft).
     """
 
     __slots__ = (
@@ -198,6 +315,7 @@ class RequestReplay:
         "max_k",
         "output_len",
         "prompt_len",
+        "rule",
     )
 
     def __init__(
@@ -211,6 +329,7 @@ class RequestReplay:
         content_start: int | None = None,
         category: str = "unknown",
         level: str = "",
+        rule: str = "v1",
     ) -> None:
         self.prompt_len = p = len(prompt_ids)
         self.output_len = m = len(output_ids)
@@ -220,25 +339,29 @@ class RequestReplay:
         self.content_start = content_start
         self.category = category
         self.level = level
+        self.rule = check_rule(rule)
         seq = [*prompt_ids, *output_ids]
         total = len(seq)
-        index = NgramIndex(lookup_min, lookup_max)
-        append = index.append
-        for t in seq[:p]:
-            append(t)
         room = [0] * m  # tokens the context holds after the match (0: no match)
         agree = [0] * m
-        for j in range(1, m):
-            n = p + j
-            s = append(seq[n - 1])
-            if s < 0:
-                continue
-            room[j] = n - s
-            cap = min(max_k, n - s, total - n)
-            a = 0
-            while a < cap and seq[s + a] == seq[n + a]:
-                a += 1
-            agree[j] = a
+        if rule == "v2":
+            self._agree_v2(seq, p, m, room, agree)
+        else:
+            index = NgramIndex(lookup_min, lookup_max)
+            append = index.append
+            for t in seq[:p]:
+                append(t)
+            for j in range(1, m):
+                n = p + j
+                s = append(seq[n - 1])
+                if s < 0:
+                    continue
+                room[j] = n - s
+                cap = min(max_k, n - s, total - n)
+                a = 0
+                while a < cap and seq[s + a] == seq[n + a]:
+                    a += 1
+                agree[j] = a
         # The next context with a match: runs without one are walked in one go.
         nxt = [m] * (m + 1)
         for j in range(m - 1, 0, -1):
@@ -247,10 +370,40 @@ class RequestReplay:
         self._agree = agree
         self._next = nxt
 
+    def _agree_v2(self, seq: list[int], p: int, m: int, room: list[int], agree: list[int]) -> None:
+        """``room`` and ``agree`` under the ``v2`` rule: the rightmost match; the draft is the
+        tokens after it, then the filler (the context's last token) up to ``max_k``."""
+        lo, max_k, total = self.lookup_min, self.max_k, len(seq)
+        index = RightmostIndex(lo, self.lookup_max)
+        append = index.append
+        for t in seq[:p]:
+            append(t)
+        for j in range(1, m):
+            n = p + j
+            s = append(seq[n - 1])
+            if n < lo:  # the kernel's eligible_row: every slot is the filler
+                s = -1
+            cap = min(max_k, total - n)
+            a = 0
+            if s >= 0:
+                room[j] = r = n - s
+                c = r if r < cap else cap
+                while a < c and seq[s + a] == seq[n + a]:
+                    a += 1
+                if a < c:
+                    agree[j] = a
+                    continue
+            filler = seq[n - 1]
+            while a < cap and seq[n + a] == filler:
+                a += 1
+            agree[j] = a
+
     def steps(self, k: int, max_model_len: int | None = None) -> StepSequence:
         """The request's steps with ``num_speculative_tokens = k`` (0: no speculation)."""
         if k > self.max_k:
             raise ValueError(f"k {k} > max_k {self.max_k} of this replay")
+        if self.rule != "v1" and k:
+            return self._steps_every(k, max_model_len)
         p, m = self.prompt_len, self.output_len
         pos_l: list[int] = []
         draft_l: list[int] = []
@@ -308,6 +461,62 @@ class RequestReplay:
             level=self.level,
         )
 
+    def _steps_every(self, k: int, max_model_len: int | None) -> StepSequence:
+        """``v2`` and ``ngram_gpu``: every decode step carries k draft slots (cut by the
+        scheduler's ``max_model_len`` cap); ``v2`` verifies all of them, ``ngram_gpu`` only
+        the valid ones (the ``v1`` draft) and counts all of them."""
+        p, m = self.prompt_len, self.output_len
+        v2 = self.rule == "v2"
+        room, agree = self._room, self._agree
+        cap_base = None if max_model_len is None else max_model_len - p - 1
+        pos_l: list[int] = [0] if m else []
+        draft_l: list[int] = [0] if m else []
+        count_l: list[int] = [0] if m else []
+        acc_l: list[int] = [0] if m else []
+        emit_l: list[int] = [1] if m else []
+        accepted_max = 0
+        pos = 1
+        while pos < m:
+            slots = k
+            if cap_base is not None and slots > cap_base - pos:
+                slots = max(cap_base - pos, 0)
+            if v2:
+                d = slots
+            else:
+                r = room[pos]
+                d = r if r < slots else slots
+            a = agree[pos]
+            if a > d:  # noqa: PLR1730 (as in steps())
+                a = d
+            left = m - pos
+            e = a + 1 if a < left else left
+            if d and a == left and a < d:
+                accepted_max += d - a
+            pos_l.append(pos)
+            draft_l.append(d)
+            count_l.append(slots)
+            acc_l.append(a)
+            emit_l.append(e)
+            pos += e
+        position = np.asarray(pos_l, dtype=np.int64)
+        accepted = np.asarray(acc_l, dtype=np.int64)
+        drafted = np.asarray(draft_l, dtype=np.int64)
+        cs = self.content_start
+        answer = np.zeros(len(pos_l), dtype=bool) if cs is None else position >= cs
+        return StepSequence(
+            prompt_len=p,
+            output_len=m,
+            position=position,
+            drafted=drafted,
+            accepted=accepted,
+            emitted=np.asarray(emit_l, dtype=np.int64),
+            answer=answer,
+            accepted_max=int(accepted.sum()) + accepted_max,
+            category=self.category,
+            level=self.level,
+            counted=None if v2 else np.asarray(count_l, dtype=np.int64),
+        )
+
 
 def replay(
     prompt_ids: Sequence[int],
@@ -318,6 +527,7 @@ def replay(
     lookup_max: int,
     max_model_len: int | None = None,
     content_start: int | None = None,
+    rule: str = "v1",
 ) -> StepSequence:
     """One request's steps under vLLM's n-gram proposer (see the module doc)."""
     return RequestReplay(
@@ -327,6 +537,7 @@ def replay(
         lookup_max=lookup_max,
         max_k=max(k, 0),
         content_start=content_start,
+        rule=rule,
     ).steps(k, max_model_len)
 
 
@@ -348,7 +559,7 @@ class Totals:
 
     def add(self, seq: StepSequence, mask: np.ndarray | None = None) -> None:
         """Count ``seq``'s steps (only those where ``mask`` is true, when given)."""
-        drafted, accepted, emitted = seq.drafted, seq.accepted, seq.emitted
+        drafted, accepted, emitted = seq.counted_tokens, seq.accepted, seq.emitted
         if mask is not None:
             drafted, accepted, emitted = drafted[mask], accepted[mask], emitted[mask]
         else:
