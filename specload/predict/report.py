@@ -410,7 +410,6 @@ def forecast_markdown(fc: Forecast, measured: dict[str, Any] | None = None) -> s
         ]
         for lf in fc.levels:
             lines.append(f"- c{lf.concurrency}: {decision_line(lf, lf.results[k])}")
-        lines += ["", *breakdown_markdown(fc)]
         lines += ["", "Per-position acceptance (accepted at position / drafts):", ""]
         for lf in fc.levels:
             pa = lf.results[k].totals.position_acceptance
@@ -418,9 +417,9 @@ def forecast_markdown(fc: Forecast, measured: dict[str, Any] | None = None) -> s
                 f"- c{lf.concurrency}: "
                 + (", ".join(f"{x:.3f}" for x in pa) if pa else "no drafts")
             )
+        lines += ["", *breakdown_markdown(fc)]
         t = fc.totals
         lines += [
-            "",
             "## Totals over the recorded requests (what the variant's counters would show)",
             "",
             f"drafts {t.drafts}, draft tokens {t.draft_tokens}, accepted tokens "
