@@ -10,8 +10,10 @@ prediction alone.
 
 An n-gram prediction gives per concurrency a median TPOT with an interval and an
 acceptance rate, set beside the measured run's median TPOT (``summary.json``) and
-acceptance (the server's counters, else the client's); a draft prediction gives the
-break-even mean acceptance length, set beside the measured one.
+acceptance (the server's counters, else the client's), the probability that the variant is
+faster, the break-even step overhead beside the engine path's estimated one, and the cost
+breakdown (baseline step, padding, each term); a draft prediction gives the break-even mean
+acceptance length, set beside the measured one.
 """
 
 from __future__ import annotations
@@ -66,6 +68,21 @@ class Prediction:
 
     def warnings(self) -> list[str]:
         return [str(w) for w in self.data.get("warnings") or []]
+
+    def engine_path(self) -> dict[str, Any] | None:
+        """The engine path the forecast priced (None: not known, or an older file)."""
+        path = self.data.get("engine_path")
+        return path if isinstance(path, dict) else None
+
+    def terms(self) -> list[dict[str, Any]]:
+        """The extra terms the engine path implies (name, value, low, high, unit, source,
+        why); empty: none priced (or an older file)."""
+        return [t for t in self.data.get("terms") or [] if isinstance(t, dict)]
+
+    @property
+    def padding(self) -> str | None:
+        pad = self.data.get("padding")
+        return pad if isinstance(pad, str) else None
 
 
 def read_prediction(path: Path, *, name: str = "--prediction") -> Prediction:
@@ -178,6 +195,15 @@ class Versus:
     measured_throughput: float | None
     verdict: str | None
     extrapolated: bool = False
+    # the share of the interval's draws faster than the baseline; the per-step overhead at
+    # which the variant stops paying beside the engine path's terms per step (low, high)
+    p_faster: float | None = None
+    break_even_ms: float | None = None
+    overhead_ms: float | None = None
+    overhead_low_ms: float | None = None
+    overhead_high_ms: float | None = None
+    # the median request's TPOT part by part: (name, ms per output token, ms per step)
+    breakdown: tuple[tuple[str, float | None, float | None], ...] = ()
 
     @property
     def error(self) -> float | None:
@@ -237,6 +263,20 @@ def ngram_rows(pred: Prediction) -> list[Versus]:
                 measured_throughput=tok,
                 verdict=str(lv["verdict"]) if lv.get("verdict") else None,
                 extrapolated=bool(lv.get("extrapolated")),
+                p_faster=finite_number(lv.get("p_faster")),
+                break_even_ms=finite_number(lv.get("break_even_step_overhead_ms")),
+                overhead_ms=finite_number(lv.get("estimated_step_overhead_ms")),
+                overhead_low_ms=finite_number(lv.get("estimated_step_overhead_low_ms")),
+                overhead_high_ms=finite_number(lv.get("estimated_step_overhead_high_ms")),
+                breakdown=tuple(
+                    (
+                        str(part.get("name") or "?"),
+                        finite_number(part.get("per_token_ms")),
+                        finite_number(part.get("per_step_ms")),
+                    )
+                    for part in lv.get("breakdown") or []
+                    if isinstance(part, dict)
+                ),
             )
         )
     return out

@@ -6,6 +6,7 @@ terms."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -351,3 +352,25 @@ def test_breakdown_break_even_and_p_in_the_json_and_the_markdown(baseline: Basel
         f"- c1: faster with p={r.p_faster:.2f}; break-even "
         f"{r.break_even_overhead_ms:.2f} ms/step vs estimated {est:.2f} ({lo:.2f}-{hi:.2f})"
     ) in text
+
+
+def test_breakdown_break_even_and_p_in_the_html_report(baseline: Baseline, tmp_path: Path) -> None:
+    from specload.report.html import _prediction_block  # noqa: PLC0415
+    from specload.report.prediction import Prediction, ngram_rows  # noqa: PLC0415
+
+    fc = _fc(baseline, engine_path=GPU_V1)
+    data = orjson.loads(orjson.dumps(forecast_json(fc), option=orjson.OPT_SERIALIZE_NUMPY))
+    pred = Prediction(tmp_path / "prediction.json", data)
+    rows = ngram_rows(pred)
+    r = fc.levels[0].results[3]
+    assert rows[0].p_faster == r.p_faster and rows[0].overhead_ms == pytest.approx(r.overhead_ms[0])
+    assert [b[0] for b in rows[0].breakdown] == [b.name for b in r.breakdown]
+    html = str(_prediction_block(pred))
+    est, lo, hi = r.overhead_ms
+    assert f"<td>{r.p_faster:.2f}</td><td>{r.break_even_overhead_ms:.2f}</td>" in html
+    assert f"<td>{est:.2f} ({lo:.2f} .. {hi:.2f})</td>" in html
+    by = r.breakdown
+    cells = "".join(f"<td>{b.per_token_ms:.3f} [{b.per_step_ms:.3f}]</td>" for b in by)
+    assert f"<td>c1</td>{cells}<td>{r.predicted_ms:.2f}</td>" in html
+    assert "graph mode full_and_piecewise, capture sizes 1, 2, 4, 8, 16" in html
+    assert "host work (sync): 1.05 ms per step (range 0.6-1.5)" in html
