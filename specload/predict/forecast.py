@@ -1301,6 +1301,7 @@ def k_schedule(fc: Forecast) -> dict[str, Any]:
                 "predicted_median_tpot_ms": best.predicted_ms,
                 "speedup": best.speedup,
                 "verdict": best.verdict,
+                "p_faster": best.p_faster,
                 "advice": f"k={best.k}" if pays else "do not speculate",
                 "by_k": {
                     str(kk): {
@@ -1309,6 +1310,7 @@ def k_schedule(fc: Forecast) -> dict[str, Any]:
                         "predicted_high_ms": r.high_ms,
                         "speedup": r.speedup,
                         "verdict": r.verdict,
+                        "p_faster": r.p_faster,
                         "acceptance_rate": r.totals.acceptance_rate,
                         "mean_acceptance_length": r.totals.mean_acceptance_length,
                     }
