@@ -38,6 +38,7 @@ from simulator.engine import Sequence as EngineSequence
 from simulator.metrics import EngineMetrics
 from simulator.variants import Variant
 from specload.predict.engine_path import EnginePath
+from specload.predict.moe import MoeModel
 from specload.predict.ngram import MAX_K, RequestReplay, StepSequence, Totals
 from specload.predict.stepcost import (
     CostPoint,
@@ -905,6 +906,8 @@ class Options:
     # Figures for terms by name (specload.predict.terms.TERM_NAMES) from the baseline's
     # profile or the server's log, in place of the priors.
     term_values: dict[str, Given] = field(default_factory=dict)
+    # An MoE model's expert-read correction (specload.predict.moe); None: a dense model.
+    moe: MoeModel | None = None
 
 
 @dataclass
@@ -1026,7 +1029,9 @@ class _Replays:
         return [self.steps(i, k) for i in indices]
 
 
-def variant_terms(opts: Options, k: int) -> tuple[tuple[Term, ...], Padding | None]:
+def variant_terms(
+    opts: Options, k: int, fit: StepCostFit | None = None
+) -> tuple[tuple[Term, ...], Padding | None]:
     """The variant's extra terms and padding at ``k`` on ``opts.engine_path``
     (:mod:`specload.predict.terms`); ``--step-overhead-ms`` replaces the terms, not the
     padding. A figure given for a term the path does not have is an error (ValueError)."""
@@ -1039,10 +1044,22 @@ def variant_terms(opts: Options, k: int) -> tuple[tuple[Term, ...], Padding | No
                 "term (only where the baseline schedules async and the variant does not)"
             )
         given[HOST] = Given(opts.host_step_ms, "flag --host-step-ms")
-    if opts.step_overhead_ms is not None:
-        terms = terms_for(path, k, override_ms=opts.step_overhead_ms)
-    else:
-        terms = terms_for(path, k, given=given)
+    curve = None
+    if opts.moe is not None and fit is not None:
+        b = float(fit.coef[1])
+
+        def curve(n: np.ndarray) -> np.ndarray:
+            # the curve's token part: its context part cancels in curve(x) - curve(n)
+            return np.asarray(b * np.asarray(n, dtype=float) + fit.correction_ms(n))
+
+    terms = terms_for(
+        path,
+        k,
+        given=given,
+        override_ms=opts.step_overhead_ms,
+        moe=opts.moe,
+        curve=curve,
+    )
     padding = padding_for(path, k) if path is not None else None
     return terms, padding
 
@@ -1198,7 +1215,7 @@ def forecast(
         for kk in ks:
             seqs = replays.pool(idx, kk)
             place = engine.schedule if kk == k else explore
-            terms, padding = variant_terms(opts, kk)
+            terms, padding = variant_terms(opts, kk, fit)
             model = TpotModel.of(place(seqs, c, fill=fill), fit, terms=terms, padding=padding, k=kk)
             est, low, high, p_faster = model.interval(
                 fit,

@@ -32,7 +32,8 @@ override               ``--step-overhead-ms X``: replaces  X ms per step
 =====================  ==================================  ===============================
 
 The MoE correction (verification of one sequence's k+1 tokens wakes fewer experts than
-k+1 sequences) is :func:`moe_term`: off (absent) for dense models.
+k+1 sequences, :mod:`specload.predict.moe`) is :func:`moe_term`, a term <= 0: absent for
+dense models (the default).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from typing import Protocol
 import numpy as np
 
 from specload.predict.engine_path import EnginePath
+from specload.predict.moe import MoeModel
 
 
 class StepArrays(Protocol):
@@ -317,14 +319,20 @@ def terms_for(
     *,
     given: Mapping[str, Given] | None = None,
     override_ms: float | None = None,
+    moe: MoeModel | None = None,
+    curve: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[Term, ...]:
     """The extra terms of ``path``'s variant at ``k`` (see the module's table); ``given``:
     figures by term name that replace the priors (a flag, the baseline's profile, the log).
-    No path: no terms (the baseline's curve alone)."""
+    No path: no terms (the baseline's curve alone). ``moe`` (None: a dense model) adds the
+    MoE correction (:func:`moe_term`, on ``curve``), which an override does not replace."""
+    padding = padding_for(path, k) if path is not None else None
+    moe_t = moe_term(moe, padding, k, curve)
+    extra = (moe_t,) if moe_t is not None else ()
     if override_ms is not None:
-        return (override_term(override_ms),)
+        return (override_term(override_ms), *extra)
     if path is None:
-        return ()
+        return extra
     given = given or {}
     out: list[Term] = []
     if path.baseline_async is True and path.variant_async is False:
@@ -406,9 +414,7 @@ def terms_for(
             unit_ms=_with_draft,
         )
     )
-    moe = moe_term(path, k)
-    if moe is not None:
-        out.append(moe)
+    out.extend(extra)
     unknown = set(given) - {t.name for t in out}
     if unknown:
         raise ValueError(
@@ -417,11 +423,44 @@ def terms_for(
     return tuple(out)
 
 
-def moe_term(path: EnginePath, k: int) -> Term | None:
-    """Hook for the MoE correction (specload.predict.moe: verifying one sequence's k + 1
-    tokens wakes fewer experts than k + 1 sequences). Off: dense models, and until the
-    forecast knows the model is an MoE."""
-    return None
+MOE = "MoE expert reads"
+
+
+def moe_term(
+    moe: MoeModel | None,
+    padding: Padding | None,
+    k: int,
+    curve: Callable[[np.ndarray], np.ndarray] | None,
+) -> Term | None:
+    """The MoE correction (:mod:`specload.predict.moe`): verifying one sequence's 1 + k
+    tokens wakes fewer experts than 1 + k sequences, so the step is charged the curve at
+    fewer, equivalent independent tokens — a term <= 0, linear in the overlap (exact for a
+    row cost of 0 on a linear curve). ``curve``: the baseline's curve as a function of the
+    step's tokens (its context part cancels). Absent for dense models (``moe`` None)."""
+    if moe is None or curve is None:
+        return None
+    ref = moe.overlap if moe.overlap > 0 else moe.overlap_high
+    if ref <= 0:
+        return None
+    model = moe if moe.overlap > 0 else moe.with_overlap(ref, moe.source)
+
+    def unit(s: StepArrays) -> np.ndarray:
+        # padding rows are independent rows: the correction is taken at the padded count
+        n = padding.padded(s, k) if padding is not None else np.asarray(s.n_tokens, dtype=float)
+        drafted = _need(s.drafted, "draft tokens")
+        return np.asarray(model.correction_ms(n, drafted, curve) / ref)
+
+    return Term(
+        MOE,
+        moe.overlap,
+        moe.overlap_low,
+        moe.overlap_high,
+        "share of a token's experts its successor keeps",
+        moe.source,
+        "a sequence's verified tokens share experts: fewer expert reads than as many "
+        "sequences of one token (the curve's tokens)",
+        unit,
+    )
 
 
 def draw(term: Term, rng: np.random.Generator, n: int) -> np.ndarray:

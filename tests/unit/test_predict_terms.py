@@ -374,3 +374,40 @@ def test_breakdown_break_even_and_p_in_the_html_report(baseline: Baseline, tmp_p
     assert f"<td>c1</td>{cells}<td>{r.predicted_ms:.2f}</td>" in html
     assert "graph mode full_and_piecewise, capture sizes 1, 2, 4, 8, 16" in html
     assert "host work (sync): 1.05 ms per step (range 0.6-1.5)" in html
+
+
+def test_the_moe_correction_is_a_term_only_for_an_moe() -> None:
+    from specload.predict.moe import MoeModel, MoeShape  # noqa: PLC0415
+
+    moe = MoeModel.default(MoeShape(experts=256, top_k=8))
+    rho = moe.overlap
+    assert 0 < moe.overlap_low < rho < moe.overlap_high < 1
+
+    def curve(n: np.ndarray) -> np.ndarray:
+        return np.asarray(0.1 * np.asarray(n, dtype=float))
+
+    terms = terms_for(CPU_032, 3, moe=moe, curve=curve)
+    assert [t.name for t in terms][-1] == "MoE expert reads"
+    t = terms[-1]
+    assert (t.value, t.low, t.high) == (rho, moe.overlap_low, moe.overlap_high)
+    # row cost 0: charged n - rho x drafts, on a curve of 0.1 ms per token
+    assert t.per_step_ms(_tiny()).tolist() == pytest.approx([-0.1 * rho * d for d in (3, 6, 3, 0)])
+    # the override replaces the extra terms, not the MoE correction (a correction of the curve)
+    assert [x.name for x in terms_for(CPU_032, 3, override_ms=1.0, moe=moe, curve=curve)] == [
+        OVERRIDE,
+        "MoE expert reads",
+    ]
+    assert "MoE expert reads" not in [x.name for x in terms_for(CPU_032, 3)]  # dense: absent
+
+
+def test_an_moe_forecast_charges_verification_less(baseline: Baseline) -> None:
+    from specload.predict.moe import MoeModel, MoeShape  # noqa: PLC0415
+
+    moe = MoeModel.default(MoeShape(experts=256, top_k=8))
+    dense, sparse = _fc(baseline, engine_path=CPU_032), _fc(baseline, engine_path=CPU_032, moe=moe)
+    for a, b in zip(dense.levels, sparse.levels, strict=True):
+        assert a.replayed_baseline_ms == b.replayed_baseline_ms
+        r = b.results[3]
+        assert r.predicted_ms < a.results[3].predicted_ms
+        assert r.breakdown[-1].name == "MoE expert reads" and r.breakdown[-1].per_token_ms < 0
+        assert sum(x.per_token_ms for x in r.breakdown) == pytest.approx(r.predicted_ms)
