@@ -312,3 +312,22 @@ def test_a_cpu_or_unfinished_run_reads_with_notes(tmp_path):
     assert any("not a GPU" in n for n in fit.notes)
     assert any("stopped before its end" in n for n in fit.notes)
     assert math.isfinite(fit.per_expert_ms)
+
+
+def test_a_negative_row_slope_is_dropped_with_a_note(tmp_path):
+    # time = 1 - 0.01 rows + 0.5 U: a row cannot save time, so the row term goes.
+    grid = [
+        {
+            "impl": "grouped",
+            "mode": "full",
+            "rows": n,
+            "unique_experts": u,
+            "time_ms": 1.0 - 0.01 * n + 0.5 * u,
+        }
+        for n in range(1, 6)
+        for u in bench().grid_points(n, 8, 2, 4)
+    ]
+    m = MoeModel.from_json(write_file(tmp_path / "neg.json", grid=grid))
+    assert m.measured is not None and m.measured.per_row_ms == 0.0
+    assert m.row_cost == 0.0 and m.measured.per_expert_ms > 0
+    assert any("negative" in n for n in m.measured.notes)
