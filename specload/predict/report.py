@@ -291,6 +291,13 @@ def decision_line(lf: LevelForecast, r: KResult) -> str:
     return f"{prob}; break-even {_f(max(r.break_even_overhead_ms, 0.0))} ms/step vs {estimated}"
 
 
+def _as_list(lines: list[str]) -> list[str]:
+    """The first line as it is, the rest as a Markdown list."""
+    if len(lines) < 2:
+        return lines
+    return [lines[0], "", *(f"- {line.strip()}" for line in lines[1:])]
+
+
 def breakdown_markdown(fc: Forecast) -> list[str]:
     """Per level, the median request's TPOT part by part (ms per output token), the terms'
     sources below."""
@@ -306,7 +313,7 @@ def breakdown_markdown(fc: Forecast) -> list[str]:
         f"## Cost breakdown (k={k}, ms per output token at the median request; per step in "
         "brackets)",
         "",
-        *engine_path_lines(fc.options.engine_path),
+        *_as_list(engine_path_lines(fc.options.engine_path)),
         "",
         "| concurrency | " + " | ".join(names) + " | predicted ms |",
         "|---:|" + "---:|" * (len(names) + 1),
