@@ -1002,6 +1002,8 @@ class _Replays:
     def __init__(self, records: Sequence[TokenRecord], opts: Options) -> None:
         max_k = max(MAX_K, opts.num_speculative_tokens)
         self.records = list(records)
+        # The engine path's n-gram rule (specload.predict.ngram.RULES); v1 where not known.
+        rule = opts.engine_path.replay_rule if opts.engine_path is not None else "v1"
         self.replays = [
             RequestReplay(
                 r.prompt_ids,
@@ -1012,6 +1014,7 @@ class _Replays:
                 content_start=r.content_start,
                 category=r.category,
                 level=r.step,
+                rule=rule,
             )
             for r in self.records
         ]
