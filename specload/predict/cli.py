@@ -22,9 +22,14 @@ from specload.compare.options import add_verdict_options, check_verdict_options
 from specload.errors import UsageError
 
 if TYPE_CHECKING:
+    from specload.predict.engine_path import EnginePath
     from specload.predict.forecast import Options
 
 METHODS = ("ngram", "draft")
+# --engine-path: auto, then the presets of specload.predict.engine_path.PRESETS (not
+# imported here: `specload --help` stays light).
+ENGINE_PATHS = ("auto", "cpu-0.32", "gpu-0.32-v2", "gpu-0.32-v1")
+MAX_SERVER_LOG_BYTES = 64 << 20  # a startup log is kilobytes; a day of access logs is not
 MAX_SPECULATIVE_TOKENS = 32
 MAX_LOOKUP = 64
 
@@ -97,6 +102,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "the variant does not (default: the baseline's profile, else a prior 0.6-1.5 ms)",
     )
     parser.add_argument(
+        "--engine-path",
+        choices=ENGINE_PATHS,
+        default="auto",
+        help="the engine path the variant runs on: vLLM version, model runner, proposer (the "
+        "n-gram rule replayed), async scheduling, CUDA graphs. auto (default): what the "
+        "baseline recorded about its server (and --server-log), else cpu-0.32, assumed",
+    )
+    parser.add_argument(
+        "--server-log",
+        metavar="FILE",
+        default=None,
+        help="a vLLM server's startup log (the baseline's, or the variant's from an earlier "
+        "run): version, device, runner, async scheduling, CUDA-graph mode and capture sizes",
+    )
+    parser.add_argument(
         "--measured",
         metavar="VARIANT_DIR",
         default=None,
@@ -152,7 +172,50 @@ def lookup_window(lo: int | None, hi: int | None) -> tuple[int, int]:
     return lo, hi
 
 
-def options_of(args: argparse.Namespace) -> Options:
+def engine_path_of(args: argparse.Namespace) -> tuple[EnginePath | None, list[str]]:
+    """The engine path (``--engine-path``, ``--server-log`` and what the baseline recorded)
+    and the notes to print; None for ``--method draft`` and for a simulator's baseline."""
+    from specload.predict import engine_path as ep  # noqa: PLC0415
+
+    if args.method != "ngram":
+        return None, []
+    log_text = None
+    if args.server_log is not None:
+        log_file = Path(args.server_log)
+        try:
+            if log_file.stat().st_size > MAX_SERVER_LOG_BYTES:
+                raise UsageError(
+                    f"--server-log {args.server_log}: over {MAX_SERVER_LOG_BYTES >> 20} MiB "
+                    "(give the server's startup log)"
+                )
+            log_text = log_file.read_text(errors="replace")
+        except OSError as exc:
+            raise UsageError(f"--server-log {args.server_log}: {exc.strerror or exc}") from None
+        if not ep.from_server_log(log_text):
+            raise UsageError(
+                f"--server-log {args.server_log}: no line of a vLLM server's startup log in it"
+            )
+    info = ep.read_server_info(args.baseline) or {}
+    if info.get("simulator") and args.engine_path == "auto" and log_text is None:
+        return None, [
+            "the baseline ran on specload's simulator: no engine path, no terms beyond the "
+            "baseline's curve (--engine-path prices one)"
+        ]
+    detected = ep.detect(args.baseline, server_log=log_text)
+    try:
+        path = ep.resolve(args.engine_path, detected, method="ngram")
+    except ValueError as exc:
+        raise UsageError(f"--engine-path: {exc}") from None
+    notes = []
+    if args.engine_path == "auto" and not ep.is_detected(detected):
+        notes.append(
+            f"engine path assumed: {path.name} (the baseline recorded no device: give "
+            "--server-log FILE or --engine-path)"
+        )
+    return path, notes
+
+
+def options_of(args: argparse.Namespace, notes: list[str] | None = None) -> Options:
     from specload.predict.forecast import Options  # noqa: PLC0415
     from specload.sweep.plan import parse_int_list  # noqa: PLC0415
 
@@ -190,6 +253,9 @@ def options_of(args: argparse.Namespace) -> Options:
     concurrencies = (
         parse_int_list(args.concurrency, name="--concurrency") if args.concurrency else None
     )
+    path, path_notes = engine_path_of(args)
+    if notes is not None:
+        notes.extend(path_notes)
     return Options(
         method=method,
         num_speculative_tokens=k,
@@ -206,6 +272,7 @@ def options_of(args: argparse.Namespace) -> Options:
         draft_cost_ratio=ratio,
         step_overhead_ms=overhead,
         host_step_ms=host,
+        engine_path=path,
     )
 
 
@@ -223,9 +290,12 @@ def run(args: argparse.Namespace) -> int:
         prepare_out_dir,
     )
 
-    opts = options_of(args)
     if not Path(args.baseline).is_dir():
         raise UsageError(f"{args.baseline}: no such results directory")
+    notes: list[str] = []
+    opts = options_of(args, notes)
+    for note in notes:
+        print(f"specload predict: warning: {note}", file=sys.stderr)
 
     def hint(measured: Sequence[int]) -> str:
         return default_plan(measured, opts).summary()

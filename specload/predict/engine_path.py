@@ -404,9 +404,16 @@ def read_server_info(results_dir: str | Path) -> dict[str, Any] | None:
     info = summary.get("server_info") if isinstance(summary, dict) else None
     if isinstance(info, dict):
         return info
-    # Older results: only the version line of the readiness gate.
-    version = summary.get("server_version") if isinstance(summary, dict) else None
-    return {"vllm_version": version} if isinstance(version, str) and version else None
+    if not isinstance(summary, dict):
+        return None
+    # Older results: the readiness gate's version, and the simulator's time scale.
+    out: dict[str, Any] = {}
+    version = summary.get("server_version")
+    if isinstance(version, str) and version:
+        out["vllm_version"] = version
+    if isinstance(summary.get("server_time_scale"), int | float):
+        out["simulator"] = True
+    return out or None
 
 
 def detect(results_dir: str | Path, server_log: str | None = None) -> EnginePath | None:

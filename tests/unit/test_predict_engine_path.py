@@ -182,3 +182,82 @@ def test_resolve():
         ep.resolve("cpu-0.32", None, {"colour": 1})
     with pytest.raises(ValueError, match="replay_rule 'v7'"):
         ep.resolve("cpu-0.32", None, {"replay_rule": "v7"})
+
+
+# ----------------------------------------------------------------- the predict command
+
+
+def _predict(*argv: str) -> int:
+    import argparse  # noqa: PLC0415
+
+    from specload.predict import cli  # noqa: PLC0415
+
+    p = argparse.ArgumentParser(prog="specload predict")
+    cli.add_arguments(p)
+    return cli.run(p.parse_args(list(argv)))
+
+
+NGRAM = ("--num-speculative-tokens", "3", "--prompt-lookup-min", "2", "--prompt-lookup-max", "4")
+
+
+@pytest.fixture
+def synthetic_baseline(tmp_path):
+    from specload.predict.synthetic import (  # noqa: PLC0415
+        LinearCost,
+        make_records,
+        write_synthetic_baseline,
+    )
+
+    recs = make_records(12, levels=[1, 2], seed=5, min_tokens=60, max_tokens=200)
+    return write_synthetic_baseline(tmp_path / "base", recs, levels=[1, 2], cost=LinearCost())
+
+
+def test_predict_assumes_cpu_and_says_so(synthetic_baseline, capsys):
+    assert _predict(str(synthetic_baseline), *NGRAM, "--bootstrap", "100", "--json") == 0
+    out = capsys.readouterr()
+    assert "engine path assumed: cpu-0.32" in out.err
+    data = orjson.loads(out.out)
+    assert data["engine_path"]["name"] == "cpu-0.32"
+    assert data["engine_path"]["replay_rule"] == "v1"
+    assert "assumed" in data["engine_path"]["sources"]["runner"]
+
+
+def test_predict_v2_path_counts_k_drafts_per_step(synthetic_baseline, capsys):
+    assert _predict(str(synthetic_baseline), *NGRAM, "--bootstrap", "100", "--json") == 0
+    v1 = orjson.loads(capsys.readouterr().out)
+    argv = (*NGRAM, "--bootstrap", "100", "--json", "--engine-path", "gpu-0.32-v2")
+    assert _predict(str(synthetic_baseline), *argv) == 0
+    out = capsys.readouterr()
+    assert "assumed" not in out.err
+    v2 = orjson.loads(out.out)
+    assert v2["engine_path"]["replay_rule"] == "v2"
+    assert v2["engine_path"]["sources"]["runner"] == "preset gpu-0.32-v2 (--engine-path)"
+    t1, t2 = v1["totals"], v2["totals"]
+    # v2 drafts k = 3 on every decode step: 3 draft tokens per draft, a draft on every step
+    # but the prefill; v1 drafts only where an n-gram matched.
+    assert t2["draft_tokens"] == 3 * t2["drafts"]
+    assert t2["drafts"] == t2["steps"] - t2["requests"]
+    assert t1["drafts"] < t2["drafts"]
+
+
+def test_predict_reads_a_server_log(synthetic_baseline, capsys):
+    log = DATA / "engine_log_plain_cpu.txt"
+    argv = (*NGRAM, "--bootstrap", "100", "--json", "--server-log", str(log))
+    assert _predict(str(synthetic_baseline), *argv) == 0
+    out = capsys.readouterr()
+    assert "assumed" not in out.err
+    data = orjson.loads(out.out)
+    assert data["engine_path"]["name"] == "detected"
+    assert data["engine_path"]["device"] == "cpu"
+    assert data["engine_path"]["sources"]["device"].startswith("server log: (MainProcess")
+
+
+def test_predict_bad_server_log(synthetic_baseline, tmp_path):
+    from specload.errors import UsageError  # noqa: PLC0415
+
+    with pytest.raises(UsageError, match=r"--server-log .*nope\.log: No such file"):
+        _predict(str(synthetic_baseline), *NGRAM, "--server-log", str(tmp_path / "nope.log"))
+    junk = tmp_path / "junk.log"
+    junk.write_text("hello\n")
+    with pytest.raises(UsageError, match="no line of a vLLM server's startup log"):
+        _predict(str(synthetic_baseline), *NGRAM, "--server-log", str(junk))
