@@ -92,6 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: HOST/metrics; 'off' to skip)",
     )
     sweep.add_argument(
+        "--server-log",
+        default=None,
+        metavar="FILE",
+        help="the server's startup log: its engine path (version, device, model runner, async "
+        "scheduling, CUDA graphs) goes into summary.json's server_info for `specload predict`",
+    )
+    sweep.add_argument(
         "--concurrency",
         default=None,
         metavar="LIST",

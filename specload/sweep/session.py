@@ -40,7 +40,7 @@ from specload.results.writer import (
     write_failure,
 )
 from specload.slo import parse_slo
-from specload.sweep import readiness
+from specload.sweep import readiness, server_info
 from specload.sweep.backend import LocustBackend
 from specload.sweep.driver import OutagePolicy, SweepDriver
 from specload.sweep.progress import Progress, final_count
@@ -96,6 +96,9 @@ def run_sweep(settings: SweepSettings) -> int:
     url = settings.url
     metrics_url = settings.metrics_url
     check_metrics_port(settings.load.get("metrics_address"))
+    server_log = settings.given.get("server_log") or None
+    if server_log is not None:
+        server_info.read_log(server_log)  # a bad file: one line, before anything starts
     writer = ResultsWriter(settings.out_dir, spare_bytes=SUMMARY_SPARE_BYTES)
     log_handler = _setup_logging(writer.dir, (settings.api_key or "",))
     progress = Progress(settings.progress)
@@ -148,6 +151,16 @@ def run_sweep(settings: SweepSettings) -> int:
         progress.message(
             f"target ready after {ready.waited_s:.1f}s: model {model}, "
             f"server {ready.server_version or 'version unknown'}"
+        )
+        # What the server tells about itself (predict's engine path reads it).
+        info = server_info.gather(
+            url,
+            version=ready.server_version,
+            simulator=ready.time_scale is not None,
+            model=model,
+            api_key=settings.api_key or None,
+            metrics_url=metrics_url,
+            server_log=server_log,
         )
         argv, env = settings.worker_argv()
         backend = LocustBackend(
@@ -242,6 +255,7 @@ def run_sweep(settings: SweepSettings) -> int:
                 ),
                 "options": settings.public_options(),
                 "ready_wait_s": ready.waited_s,
+                "server_info": info,
             },
             drain_timeout_s=settings.drain_timeout_s,
             on_tick=progress.tick,

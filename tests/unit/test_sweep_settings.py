@@ -30,9 +30,9 @@ PUBLIC_KEYS = [
     "max_tokens", "metrics_address", "metrics_url", "model", "no_plots", "on_outage", "out",
     "outage_timeout", "prefix_cache_reset", "progress", "prompt_seed", "prompts", "ramp_up",
     "ready_timeout", "record_token_ids", "records_file", "request_rate", "request_timeout",
-    "requests", "search", "search_precision", "search_range", "search_variable", "slo",
-    "spec_estimate", "stream", "temperature", "tokenizer", "trace", "trace_speedup",
-    "usage_stats", "variant", "warmup", "workers",
+    "requests", "search", "search_precision", "search_range", "search_variable",
+    "server_log", "slo", "spec_estimate", "stream", "temperature", "tokenizer", "trace",
+    "trace_speedup", "usage_stats", "variant", "warmup", "workers",
 ]  # fmt: skip
 
 
