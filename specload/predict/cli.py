@@ -207,6 +207,12 @@ def engine_path_of(args: argparse.Namespace) -> tuple[EnginePath | None, list[st
     except ValueError as exc:
         raise UsageError(f"--engine-path: {exc}") from None
     notes = []
+    mismatch = detected is not None and ep.is_detected(detected) and detected.device != path.device
+    if args.engine_path != "auto" and detected is not None and mismatch:
+        notes.append(
+            f"--engine-path {args.engine_path}: the baseline ran on a {detected.device} "
+            f"server ({detected.source('device')}); its own facts are not used"
+        )
     if args.engine_path == "auto" and not ep.is_detected(detected):
         notes.append(
             f"engine path assumed: {path.name} (the baseline recorded no device: give "

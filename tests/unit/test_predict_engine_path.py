@@ -250,6 +250,11 @@ def test_predict_reads_a_server_log(synthetic_baseline, capsys):
     assert data["engine_path"]["name"] == "detected"
     assert data["engine_path"]["device"] == "cpu"
     assert data["engine_path"]["sources"]["device"].startswith("server log: (MainProcess")
+    # A GPU preset against a CPU baseline's log: said, and the CPU facts are not mixed in.
+    assert _predict(str(synthetic_baseline), *argv, "--engine-path", "gpu-0.32-v1") == 0
+    out = capsys.readouterr()
+    assert "the baseline ran on a cpu server" in out.err
+    assert orjson.loads(out.out)["engine_path"]["capture_sizes"][:3] == [1, 2, 4]
 
 
 def test_predict_bad_server_log(synthetic_baseline, tmp_path):
