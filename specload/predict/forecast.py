@@ -1032,8 +1032,19 @@ class _Replays:
         return [self.steps(i, k) for i in indices]
 
 
+def one_step_ms(baseline: Baseline, fit: StepCostFit) -> float:
+    """The baseline's one-sequence decode step: its concurrency-1 level's median TPOT where
+    measured (no other request's prefill falls in its decode), else the curve at one token
+    and the fit points' smallest context. The unit of the CPU build's terms."""
+    c1 = baseline.level(1)
+    if c1 is not None and c1.median_tpot_ms is not None and c1.median_tpot_ms > 0:
+        return float(c1.median_tpot_ms)
+    ctx = min((p.context for p in fit.points), default=0.0)
+    return float(fit.step_ms(1.0, ctx))
+
+
 def variant_terms(
-    opts: Options, k: int, fit: StepCostFit | None = None
+    opts: Options, k: int, fit: StepCostFit | None = None, one_step_ms: float | None = None
 ) -> tuple[tuple[Term, ...], Padding | None]:
     """The variant's extra terms and padding at ``k`` on ``opts.engine_path``
     (:mod:`specload.predict.terms`); ``--step-overhead-ms`` replaces the terms, not the
@@ -1062,6 +1073,7 @@ def variant_terms(
         override_ms=opts.step_overhead_ms,
         moe=opts.moe,
         curve=curve,
+        one_step_ms=one_step_ms,
     )
     padding = padding_for(path, k) if path is not None else None
     return terms, padding
@@ -1195,6 +1207,7 @@ def forecast(
     assert replays is not None
     ks = sorted({k, *opts.schedule_ks})
     all_idx = list(range(len(records)))
+    one_step = one_step_ms(baseline, fit)
     levels: list[LevelForecast] = []
     for c in wanted:
         lv = baseline.level(c)
@@ -1218,7 +1231,7 @@ def forecast(
         for kk in ks:
             seqs = replays.pool(idx, kk)
             place = engine.schedule if kk == k else explore
-            terms, padding = variant_terms(opts, kk, fit)
+            terms, padding = variant_terms(opts, kk, fit, one_step)
             model = TpotModel.of(place(seqs, c, fill=fill), fit, terms=terms, padding=padding, k=kk)
             est, low, high, p_faster = model.interval(
                 fit,

@@ -128,7 +128,42 @@ PRIORS: dict[str, Prior] = {
     # A decode step run piecewise (or eager) instead of as one full graph.
     "graph_mode_ms": Prior(0.3, 0.1, 1.0, f"prior (GPU graph replay, {_PLACEHOLDER})"),
     # The rejection sampler and spec metadata of a step with a draft.
-    "rejection_ms": Prior(0.05, 0.01, 0.3, f"prior (vLLM 0.32 CPU, {_PLACEHOLDER})"),
+    "rejection_ms": Prior(0.05, 0.01, 0.3, f"prior (vLLM 0.32 GPU, {_PLACEHOLDER})"),
+}
+
+_CPU_DECOMPOSED = (
+    "prior (vLLM 0.32 CPU build, measured here: bench/cpu_ngram_decompose.py, "
+    "x the baseline's one-sequence decode step)"
+)
+# vLLM 0.32's CPU build: the n-gram server's per-step work beyond a plain step, as fractions
+# of the plain one-sequence decode step T1 (on a CPU server the extra work is host compute on
+# the same cores as the forward, so it scales with the host). Measured in process on this
+# 2-vCPU VM with the tiny model (bench/results/cpu_ngram_decompose.md): T1 = 1.43-1.56 ms;
+# a no-draft n-gram step 0.81-2.28 ms dearer; the ranges cover both runs and c4.
+CPU_PRIORS: dict[str, Prior] = {
+    # post_step -> take_draft_token_ids: 0.014-0.022 ms in process; a message-queue round
+    # trip to the worker process in a server.
+    "cpu_engine_call": Prior(0.01, 0.005, 0.1, _CPU_DECOMPOSED),
+    # propose_draft_token_ids (the numba batch propose and its Python glue): 0.08-0.13 ms
+    # per step at c1 and c4 alike.
+    "cpu_proposer": Prior(0.055, 0.04, 0.1, _CPU_DECOMPOSED),
+    # _sample: the rejection sampler path runs on every step of a speculative server, with a
+    # draft or not (0.175-0.27 ms against 0.03 for the plain sampler).
+    "cpu_rejection": Prior(0.09, 0.05, 0.2, _CPU_DECOMPOSED),
+    # _prepare_inputs with spec-decode metadata (+0.15-0.35 ms), the forward on spec-decode
+    # attention metadata (+0.2-0.8 ms for the same one token), bookkeeping and scheduling.
+    "cpu_spec_inputs": Prior(0.31, 0.15, 1.0, _CPU_DECOMPOSED),
+    # numba's thread pool (NUMBA_NUM_THREADS defaults to the core count; vLLM runs the
+    # proposer on one thread): the pool's threads spin on the server's cores. A/B of the
+    # n-gram server against itself with NUMBA_NUM_THREADS=1: worker 1.44 -> 0.93 cores,
+    # 24 requests 10.2 s -> 7.3-8.8 s.
+    "cpu_thread_pool": Prior(
+        0.3,
+        0.0,
+        0.7,
+        "prior (vLLM 0.32 CPU build, measured here: the n-gram server with and without "
+        "NUMBA_NUM_THREADS=1, x the baseline's one-sequence decode step)",
+    ),
 }
 
 
@@ -284,7 +319,7 @@ def _term(
         lo = g.value if g.low is None else g.low
         hi = g.value if g.high is None else g.high
         return Term(name, g.value, min(lo, g.value), max(hi, g.value), unit, g.source, why, unit_ms)
-    p = PRIORS[prior]
+    p = PRIORS[prior] if prior in PRIORS else CPU_PRIORS[prior]
     return Term(name, p.value, p.low, p.high, unit, p.source, why, unit_ms)
 
 
@@ -295,8 +330,26 @@ PROPOSER_SEQ = "proposer: per sequence"
 PROPOSER_GPU = "proposer: kernel"
 GRAPH = "graph mode"
 REJECTION = "rejection sampler"
+PROPOSER_STEP = "proposer: per step"
+SPEC_INPUTS = "spec-path inputs and forward"
+THREAD_POOL = "numba thread pool"
 OVERRIDE = "override"
-TERM_NAMES = (HOST, CALL, PROPOSER_CTX, PROPOSER_SEQ, PROPOSER_GPU, GRAPH, REJECTION, OVERRIDE)
+TERM_NAMES = (
+    HOST,
+    CALL,
+    PROPOSER_CTX,
+    PROPOSER_SEQ,
+    PROPOSER_STEP,
+    PROPOSER_GPU,
+    SPEC_INPUTS,
+    THREAD_POOL,
+    GRAPH,
+    REJECTION,
+    OVERRIDE,
+)
+# The baseline's one-sequence decode step where none is known (the in-process T1 measured
+# with the tiny model on this VM): the CPU terms' unit.
+DEFAULT_ONE_STEP_MS = 1.5
 
 
 def override_term(ms: float) -> Term:
@@ -321,11 +374,14 @@ def terms_for(
     override_ms: float | None = None,
     moe: MoeModel | None = None,
     curve: Callable[[np.ndarray], np.ndarray] | None = None,
+    one_step_ms: float | None = None,
 ) -> tuple[Term, ...]:
     """The extra terms of ``path``'s variant at ``k`` (see the module's table); ``given``:
     figures by term name that replace the priors (a flag, the baseline's profile, the log).
     No path: no terms (the baseline's curve alone). ``moe`` (None: a dense model) adds the
-    MoE correction (:func:`moe_term`, on ``curve``), which an override does not replace."""
+    MoE correction (:func:`moe_term`, on ``curve``), which an override does not replace.
+    ``one_step_ms``: the baseline's one-sequence decode step, the unit of the CPU build's
+    terms (:func:`cpu_terms`)."""
     padding = padding_for(path, k) if path is not None else None
     moe_t = moe_term(moe, padding, k, curve)
     extra = (moe_t,) if moe_t is not None else ()
@@ -334,6 +390,10 @@ def terms_for(
     if path is None:
         return extra
     given = given or {}
+    if path.device == "cpu" and path.proposer == "ngram-numba":
+        cpu = [*cpu_terms(given, one_step_ms), *extra]
+        _check_given(given, cpu)
+        return tuple(cpu)
     out: list[Term] = []
     if path.baseline_async is True and path.variant_async is False:
         out.append(
@@ -415,12 +475,64 @@ def terms_for(
         )
     )
     out.extend(extra)
-    unknown = set(given) - {t.name for t in out}
+    _check_given(given, out)
+    return tuple(out)
+
+
+def _check_given(given: Mapping[str, Given], terms: Sequence[Term]) -> None:
+    unknown = set(given) - {t.name for t in terms}
     if unknown:
         raise ValueError(
             f"figures given for terms this engine path does not have: {', '.join(sorted(unknown))}"
         )
-    return tuple(out)
+
+
+def cpu_terms(given: Mapping[str, Given], one_step_ms: float | None) -> list[Term]:
+    """vLLM 0.32's CPU build (both sides synchronous, no graphs, the numba proposer): the
+    n-gram server's per-step work beyond a plain step, each a fraction of the baseline's
+    one-sequence decode step (:data:`CPU_PRIORS`, measured here by
+    ``bench/cpu_ngram_decompose.py``), plus the proposer's context scan."""
+    t1 = one_step_ms if one_step_ms is not None and one_step_ms > 0 else DEFAULT_ONE_STEP_MS
+    unit = "x one-sequence decode step"
+
+    def per_step(s: StepArrays) -> np.ndarray:
+        return np.full(len(s.n_tokens), t1)
+
+    def rel(name: str, prior: str, why: str) -> Term:
+        return _term(name, prior, given=given, unit=unit, why=why, unit_ms=per_step)
+
+    return [
+        rel(
+            CALL,
+            "cpu_engine_call",
+            "a third engine-worker call per step (take_draft_token_ids, synchronous scheduling)",
+        ),
+        rel(PROPOSER_STEP, "cpu_proposer", "the numba n-gram proposer's call after every step"),
+        _term(
+            PROPOSER_CTX,
+            "proposer_ctx_ns",
+            given=given,
+            unit="ns per context token",
+            why="the CPU n-gram proposer scans each sequence's whole context after every step",
+            unit_ms=_context_ns,
+        ),
+        rel(
+            REJECTION,
+            "cpu_rejection",
+            "every step of a speculative server samples through the rejection sampler",
+        ),
+        rel(
+            SPEC_INPUTS,
+            "cpu_spec_inputs",
+            "spec-decode metadata in the step's inputs and the forward on spec-decode "
+            "attention metadata, bookkeeping",
+        ),
+        rel(
+            THREAD_POOL,
+            "cpu_thread_pool",
+            "numba's thread pool spins on the server's cores (NUMBA_NUM_THREADS=1 removes it)",
+        ),
+    ]
 
 
 MOE = "MoE expert reads"

@@ -104,7 +104,9 @@ def _json(capsys, *argv):
 
 
 def test_the_break_even_step_overhead_is_where_the_forecast_meets_the_baseline(baseline, capsys):
-    plain = _json(capsys, str(baseline), *NGRAM)
+    # --step-overhead-ms 0: the bare curve (no engine-path terms), against which the
+    # break-even overhead is stated
+    plain = _json(capsys, str(baseline), *NGRAM, "--step-overhead-ms", "0")
     for lv in plain["levels"]:
         x = lv["break_even_step_overhead_ms"]
         assert x > 0  # cheap drafts (LinearCost): the variant pays without overhead

@@ -37,7 +37,10 @@ from specload.predict.terms import (
     PRIORS,
     PROPOSER_CTX,
     PROPOSER_SEQ,
+    PROPOSER_STEP,
     REJECTION,
+    SPEC_INPUTS,
+    THREAD_POOL,
     Given,
     Term,
     padded_tokens,
@@ -164,8 +167,9 @@ def test_each_terms_value_on_a_tiny_schedule() -> None:
 
 def test_terms_a_path_does_not_imply_are_absent() -> None:
     names = [t.name for t in terms_for(CPU_032, 3)]
-    # both sides synchronous (no host term), no graphs (no graph-mode term)
-    assert names == [CALL, PROPOSER_CTX, PROPOSER_SEQ, REJECTION]
+    # both sides synchronous (no host term), no graphs (no graph-mode term): the CPU build's
+    # measured terms
+    assert names == [CALL, PROPOSER_STEP, PROPOSER_CTX, REJECTION, SPEC_INPUTS, THREAD_POOL]
     assert terms_for(None, 3) == ()
     v2 = dataclasses.replace(GPU_V1, runner="v2", proposer="ngram-triton-v2", variant_async=True)
     assert [t.name for t in terms_for(v2, 3)] == ["proposer: kernel", GRAPH, REJECTION]
@@ -177,6 +181,24 @@ def test_a_given_figure_replaces_the_prior_and_an_unknown_one_is_an_error() -> N
     assert (t.value, t.low, t.high, t.source) == (0.5, 0.4, 0.7, "baseline profile")
     with pytest.raises(ValueError, match="does not have: graph mode"):
         terms_for(CPU_032, 3, given=given)
+
+
+def test_cpu_terms_are_fractions_of_the_baselines_one_sequence_step() -> None:
+    # Hand-worked: T1 = 2.0 ms; the CPU priors 0.01 + 0.055 + 0.09 + 0.31 + 0.3 = 0.765 of
+    # it per step (1.53 ms), plus 1 ns per context token (Σ context 2 x mean = 30e3 -> 30e-6).
+    s = _tiny()
+    terms = {t.name: t for t in terms_for(CPU_032, 3, one_step_ms=2.0)}
+    per_step = {n: t.per_step_ms(s).tolist() for n, t in terms.items()}
+    assert per_step[SPEC_INPUTS] == pytest.approx([0.62] * 4)
+    assert per_step[THREAD_POOL] == pytest.approx([0.6] * 4)
+    flat = sum(per_step[n][0] for n in (CALL, PROPOSER_STEP, REJECTION, SPEC_INPUTS, THREAD_POOL))
+    assert flat == pytest.approx(0.765 * 2.0)
+    assert per_step[PROPOSER_CTX][0] == pytest.approx(30e-6)
+    assert terms[THREAD_POOL].low == 0.0 and terms[THREAD_POOL].high == 0.7
+    assert "measured here" in terms[SPEC_INPUTS].source
+    # doubling the baseline's step doubles every relative term
+    twice = {t.name: t for t in terms_for(CPU_032, 3, one_step_ms=4.0)}
+    assert twice[REJECTION].per_step_ms(s)[0] == pytest.approx(2 * per_step[REJECTION][0])
 
 
 def test_the_override_replaces_every_term() -> None:
