@@ -3,13 +3,15 @@ forecast from a baseline run, then the same run on the real n-gram server (k 3, 
 
 Known truth is the n-gram server's own counters, scraped before and after its run: the counts
 come from the baseline alone and match exactly. Both servers are warmed first (a fresh CPU
-server's first requests ran ~60% slower). The decision at concurrency 1 — n-gram faster — is
-checked against the measurement; the TPOT figures are printed (docs/predict.md).
+server's first requests ran ~60% slower). The TPOT ratio variant/baseline at concurrency 1,
+from the baseline alone, is checked against the measured one; the TPOT figures are printed
+(docs/predict.md).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from pathlib import Path
@@ -46,6 +48,7 @@ RUN = [
     "120",
 ]
 RUN_TIMEOUT_S = 600
+TOLERANCE = math.log(1.5)  # predicted against measured TPOT ratio at c1
 # the forecast asks for the n-gram server's own configuration
 SPEC = [
     *("--method", "ngram"),
@@ -164,16 +167,22 @@ def test_predict_ngram_against_the_real_ngram_server(vllm_plain, vllm_ngram, tmp
     accepted = server["accepted_tokens"]
     low, high = totals["accepted_tokens"] * 0.97, totals["accepted_tokens_max"] * 1.03
     assert low <= accepted <= high, figures
-    # The decision at concurrency 1: the forecast calls n-gram faster, and so it measured
-    # (the tiny model repeats itself: ~99% of the drafts are accepted; measured 1.09-2.1x).
-    # The median TPOT is not checked to 15%: on this build the forecast comes out 20-52% too
-    # fast at c1 (n-gram steps that draft nothing took 7-10 ms against 4 ms for a plain step),
-    # and at c4 the variant measured 0.95-1.6x the baseline from run to run (docs/predict.md).
-    assert levels[1]["verdict"] == "faster", figures
-    speedups = [rows[1]["measured_speedup"]]
+    # TPOT at concurrency 1, judged as a ratio variant/baseline (a median moves 16-41% between
+    # identical runs on this VM): the forecast's ratio from the baseline alone (the CPU
+    # build's terms, docs/predict.md) against the median of up to three back-to-back
+    # measurements. Within a factor of 1.5, and on the same side of 1 where the measurement
+    # is clearly off 1. Measured here in three alternated rounds: predicted 0.66-0.71 against
+    # 0.67-0.77; without the terms the forecast said 0.37-0.43 (a factor of 1.6-2.1: it fails).
+    predicted = levels[1]["predicted_median_tpot_ms"] / levels[1]["baseline_median_tpot_ms"]
+    ratios = [1.0 / rows[1]["measured_speedup"]]
     for again in range(2):  # this VM stalls every process now and then: the median of three
-        if statistics.median(speedups) > 1.0 and len(speedups) % 2:
+        if len(ratios) % 2 and abs(math.log(predicted / statistics.median(ratios))) <= TOLERANCE:
             break
-        speedups.append(_c1_speedup(vllm_plain, vllm_ngram, tmp_path / f"c1-{again}"))
-    print(json.dumps({"c1_speedups": speedups}))
-    assert statistics.median(speedups) > 1.0, (speedups, figures)
+        ratios.append(1.0 / _c1_speedup(vllm_plain, vllm_ngram, tmp_path / f"c1-{again}"))
+    measured = statistics.median(ratios)
+    print(json.dumps({"c1_ratios": ratios, "c1_predicted_ratio": predicted}))
+    assert abs(math.log(predicted / measured)) <= TOLERANCE, (predicted, ratios, figures)
+    if measured < 0.85:
+        assert predicted < 1.0, (predicted, ratios, figures)
+    if measured > 1.15:
+        assert predicted > 1.0, (predicted, ratios, figures)
