@@ -118,6 +118,7 @@ def main() -> int:
         pred = specload(
             "predict",
             *(str(base), *SPEC, "--json", "--measured", str(var)),
+            *("--server-log", str(work / "vllm-plain.log")),
             *args.predict_args.split(),
         )
         if pred.returncode != 0:

@@ -107,7 +107,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="the engine path the variant runs on: vLLM version, model runner, proposer (the "
         "n-gram rule replayed), async scheduling, CUDA graphs. auto (default): what the "
-        "baseline recorded about its server (and --server-log), else cpu-0.32, assumed",
+        "baseline recorded about its server (and --server-log); where it tells no device, "
+        "none: the curve alone, with a warning",
     )
     parser.add_argument(
         "--server-log",
@@ -202,6 +203,15 @@ def engine_path_of(args: argparse.Namespace) -> tuple[EnginePath | None, list[st
             "baseline's curve (--engine-path prices one)"
         ]
     detected = ep.detect(args.baseline, server_log=log_text)
+    if args.engine_path == "auto" and not ep.is_detected(detected):
+        # Never an assumed device: CPU terms on a GPU baseline (or none on a CPU one) would
+        # be a confident wrong answer. The curve alone, said.
+        return None, [
+            "engine path not known (the baseline recorded no device): no per-step terms "
+            "priced, the forecast is the baseline's curve alone and comes out too fast where "
+            "the variant's steps cost more (on vLLM 0.32's CPU build about 45% at c1); give "
+            "--engine-path or --server-log FILE"
+        ]
     try:
         path = ep.resolve(args.engine_path, detected, method="ngram")
     except ValueError as exc:
@@ -212,11 +222,6 @@ def engine_path_of(args: argparse.Namespace) -> tuple[EnginePath | None, list[st
         notes.append(
             f"--engine-path {args.engine_path}: the baseline ran on a {detected.device} "
             f"server ({detected.source('device')}); its own facts are not used"
-        )
-    if args.engine_path == "auto" and not ep.is_detected(detected):
-        notes.append(
-            f"engine path assumed: {path.name} (the baseline recorded no device: give "
-            "--server-log FILE or --engine-path)"
         )
     return path, notes
 
@@ -343,6 +348,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"predict: {exc}") from None
     for warning in fc.warnings:
         print(f"specload predict: warning: {' '.join(warning.split())}", file=sys.stderr)
+    # The engine path's notes (already said above) travel with the forecast's outputs too.
+    fc.warnings[:0] = notes
     versus = None
     if measured_run is not None:
         from specload.predict.measured import comparison  # noqa: PLC0415

@@ -212,14 +212,21 @@ def synthetic_baseline(tmp_path):
     return write_synthetic_baseline(tmp_path / "base", recs, levels=[1, 2], cost=LinearCost())
 
 
-def test_predict_assumes_cpu_and_says_so(synthetic_baseline, capsys):
+def test_predict_assumes_no_device_and_says_so(synthetic_baseline, capsys):
+    # No device recorded: no engine path is assumed (CPU terms on a GPU baseline would be a
+    # confident wrong answer); the curve alone, the v1 rule, and a warning that says so.
     assert _predict(str(synthetic_baseline), *NGRAM, "--bootstrap", "100", "--json") == 0
     out = capsys.readouterr()
-    assert "engine path assumed: cpu-0.32" in out.err
+    assert "engine path not known" in out.err and "--engine-path" in out.err
     data = orjson.loads(out.out)
-    assert data["engine_path"]["name"] == "cpu-0.32"
-    assert data["engine_path"]["replay_rule"] == "v1"
-    assert "assumed" in data["engine_path"]["sources"]["runner"]
+    assert data.get("engine_path") is None
+    assert any("engine path not known" in w for w in data["warnings"])
+    assert all(lv["estimated_step_overhead_ms"] in (0, None) for lv in data["levels"])
+    argv = (*NGRAM, "--bootstrap", "100", "--json", "--engine-path", "cpu-0.32")
+    assert _predict(str(synthetic_baseline), *argv) == 0
+    cpu = orjson.loads(capsys.readouterr().out)
+    assert cpu["engine_path"]["name"] == "cpu-0.32" and cpu["engine_path"]["replay_rule"] == "v1"
+    assert cpu["totals"]["drafts"] == data["totals"]["drafts"]  # the same rule, v1
 
 
 def test_predict_v2_path_counts_k_drafts_per_step(synthetic_baseline, capsys):

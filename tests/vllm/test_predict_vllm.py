@@ -105,7 +105,9 @@ def test_predict_ngram_against_the_real_ngram_server(vllm_plain, vllm_ngram, tmp
     _warm(vllm_ngram, tmp_path / "warm-ngram")
 
     def predict(baseline: Path, *extra: str) -> dict[str, Any]:
-        result = run_specload(["predict", str(baseline), *SPEC, "--json", *extra])
+        # The baseline server's own startup log tells the engine path (vLLM 0.32, CPU).
+        log = ["--server-log", str(vllm_plain.log_path)]
+        result = run_specload(["predict", str(baseline), *SPEC, *log, "--json", *extra])
         assert result.returncode == 0, result.stderr
         data: dict[str, Any] = json.loads(result.stdout)
         return data
@@ -142,6 +144,7 @@ def test_predict_ngram_against_the_real_ngram_server(vllm_plain, vllm_ngram, tmp
     server = {name: after[name] - before[name] for name in COUNTERS}
 
     data = predict(baseline, "--measured", str(variant))
+    assert data["engine_path"]["device"] == "cpu", data["engine_path"]
     totals = data["totals"]
     levels = {lv["concurrency"]: lv for lv in data["levels"]}
     rows = {row["concurrency"]: row for row in data["measured"]["levels"]}
