@@ -24,6 +24,7 @@ from specload.errors import UsageError
 if TYPE_CHECKING:
     from specload.predict.engine_path import EnginePath
     from specload.predict.forecast import Options
+    from specload.predict.moe import MoeModel
 
 METHODS = ("ngram", "draft")
 # --engine-path: auto, then the presets of specload.predict.engine_path.PRESETS (not
@@ -100,6 +101,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="MS",
         help="the host's per-step work the variant pays where the baseline scheduled async and "
         "the variant does not (default: the baseline's profile, else a prior 0.6-1.5 ms)",
+    )
+    parser.add_argument(
+        "--moe",
+        metavar="EXPERTS:TOP_K[:SHARED]",
+        default=None,
+        help="the model is a mixture of experts of this shape (e.g. 384:8:1): verification that "
+        "shares a sequence is charged the experts it wakes (default: a dense model, no "
+        "correction)",
+    )
+    parser.add_argument(
+        "--moe-step",
+        metavar="FILE",
+        default=None,
+        help="with --moe: a bench/gpu/moe_step.py result (its shape and a row's cost beside "
+        "its experts, measured on the deployment's GPU) in place of --moe's shape",
     )
     parser.add_argument(
         "--engine-path",
@@ -267,6 +283,7 @@ def options_of(args: argparse.Namespace, notes: list[str] | None = None) -> Opti
     path, path_notes = engine_path_of(args)
     if notes is not None:
         notes.extend(path_notes)
+    moe = moe_of(args)
     return Options(
         method=method,
         num_speculative_tokens=k,
@@ -284,7 +301,34 @@ def options_of(args: argparse.Namespace, notes: list[str] | None = None) -> Opti
         step_overhead_ms=overhead,
         host_step_ms=host,
         engine_path=path,
+        moe=moe,
     )
+
+
+def moe_of(args: argparse.Namespace) -> MoeModel | None:
+    """``--moe E:K[:S]`` and ``--moe-step FILE``: the MoE correction's model (None: dense)."""
+    from specload.predict.moe import MoeModel, MoeShape  # noqa: PLC0415
+
+    if args.moe_step is not None:
+        return MoeModel.from_json(args.moe_step)
+    if args.moe is None:
+        return None
+    parts = args.moe.split(":")
+    try:
+        if len(parts) not in (2, 3):
+            raise ValueError
+        nums = [int(p) for p in parts]
+    except ValueError:
+        raise UsageError(
+            f"--moe {args.moe}: give EXPERTS:TOP_K or EXPERTS:TOP_K:SHARED (e.g. 384:8:1)"
+        ) from None
+    if not 1 <= nums[0] <= 65536:
+        raise UsageError(f"--moe {args.moe}: experts must be 1..65536")
+    try:
+        shape = MoeShape(*nums)
+    except UsageError as exc:
+        raise UsageError(f"--moe {args.moe}: {exc}") from None
+    return MoeModel.default(shape)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from specload.errors import UsageError
 from specload.predict import engine_path as ep
 from specload.predict.ngram import RULES
 
@@ -273,3 +274,27 @@ def test_predict_bad_server_log(synthetic_baseline, tmp_path):
     junk.write_text("hello\n")
     with pytest.raises(UsageError, match="no line of a vLLM server's startup log"):
         _predict(str(synthetic_baseline), *NGRAM, "--server-log", str(junk))
+
+
+def test_moe_flag_charges_shared_verification_less_and_bad_shapes_are_one_line(
+    synthetic_baseline, capsys
+):
+    argv = (*NGRAM, "--bootstrap", "100", "--json", "--engine-path", "gpu-0.32-v1")
+    assert _predict(str(synthetic_baseline), *argv) == 0
+    dense = orjson.loads(capsys.readouterr().out)
+    assert _predict(str(synthetic_baseline), *argv, "--moe", "256:8:1") == 0
+    moe = orjson.loads(capsys.readouterr().out)
+    names = [t["name"] for t in moe["terms"]]
+    assert "MoE expert reads" in names and "MoE expert reads" not in [
+        t["name"] for t in dense["terms"]
+    ]
+    # a step of one sequence verifying 1 + k tokens wakes fewer experts than 1 + k sequences:
+    # the MoE forecast is faster wherever sequences drafted (c1 here), never slower
+    for d, m in zip(dense["levels"], moe["levels"], strict=True):
+        assert m["predicted_median_tpot_ms"] <= d["predicted_median_tpot_ms"] + 1e-9
+    assert moe["levels"][0]["predicted_median_tpot_ms"] < dense["levels"][0][
+        "predicted_median_tpot_ms"
+    ]
+    for bad in ("256", "8:256", "x:8", "0:0", "256:8:1:2"):
+        with pytest.raises(UsageError, match=f"--moe {bad}"):
+            _predict(str(synthetic_baseline), *argv, "--moe", bad)

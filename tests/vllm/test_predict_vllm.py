@@ -83,16 +83,30 @@ def _warm(server: Any, out: Path) -> None:
     assert run.returncode == 0, run.stderr
 
 
-def _c1_speedup(plain: Any, ngram: Any, out: Path) -> float:
-    """Baseline median TPOT / n-gram median TPOT at concurrency 1, measured back to back."""
+def _alone(up: Any, down: Any, out: Path) -> None:
+    """Only ``up`` runs (started and warmed if it was down): two vLLM servers up at once on
+    two cores make the front end hold streams back (medians near zero, ratios of 20x)."""
+    if down.is_running():
+        down.stop(keep_slot=True)
+    if not up.is_running():
+        up.start()
+        _warm(up, out)
+
+
+def _c1_ratio(plain: Any, ngram: Any, out: Path) -> float | None:
+    """n-gram median TPOT / baseline median TPOT at concurrency 1, each server alone;
+    None when a level's tokens arrived in bursts (a median of zero)."""
     tpot = []
-    for server, name in ((plain, "plain"), (ngram, "ngram")):
+    for server, other, name in ((plain, ngram, "plain"), (ngram, plain, "ngram")):
+        _alone(server, other, out / f"warm-{name}")
         args = ["run", "--host", server.base_url, "--out", str(out / name), *RUN]
         run = run_specload([*args, "--concurrency", "1"], RUN_TIMEOUT_S)
         assert run.returncode == 0, run.stderr
         summary = json.loads((out / name / "summary.json").read_text())
-        tpot.append(float(summary["levels"][0]["median_tpot_ms"]))
-    return tpot[0] / tpot[1]
+        tpot.append(summary["levels"][0]["median_tpot_ms"])
+    if not all(isinstance(t, float) and t > 0 for t in tpot):
+        return None
+    return float(tpot[1] / tpot[0])
 
 
 def _falling_levels(data: dict[str, Any]) -> list[str]:
@@ -101,8 +115,8 @@ def _falling_levels(data: dict[str, Any]) -> list[str]:
 
 
 def test_predict_ngram_against_the_real_ngram_server(vllm_plain, vllm_ngram, tmp_path) -> None:
-    _warm(vllm_plain, tmp_path / "warm-plain")
-    _warm(vllm_ngram, tmp_path / "warm-ngram")
+    _alone(vllm_plain, vllm_ngram, tmp_path / "warm-plain")
+    _warm(vllm_plain, tmp_path / "warm-plain-0")
 
     def predict(baseline: Path, *extra: str) -> dict[str, Any]:
         # The baseline server's own startup log tells the engine path (vLLM 0.32, CPU).
@@ -128,6 +142,7 @@ def test_predict_ngram_against_the_real_ngram_server(vllm_plain, vllm_ngram, tmp
             break
 
     variant = tmp_path / "ngram"
+    _alone(vllm_ngram, vllm_plain, tmp_path / "warm-ngram")
     before = _counters(vllm_ngram.url)
     run = run_specload(
         ["run", "--host", vllm_ngram.base_url, "--out", str(variant), *RUN], RUN_TIMEOUT_S
@@ -177,13 +192,18 @@ def test_predict_ngram_against_the_real_ngram_server(vllm_plain, vllm_ngram, tmp
     # is clearly off 1. Measured here in three alternated rounds: predicted 0.66-0.71 against
     # 0.67-0.77; without the terms the forecast said 0.37-0.43 (a factor of 1.6-2.1: it fails).
     predicted = levels[1]["predicted_median_tpot_ms"] / levels[1]["baseline_median_tpot_ms"]
-    ratios = [1.0 / rows[1]["measured_speedup"]]
-    for again in range(2):  # this VM stalls every process now and then: the median of three
-        if len(ratios) % 2 and abs(math.log(predicted / statistics.median(ratios))) <= TOLERANCE:
+    ratios = [1.0 / rows[1]["measured_speedup"]] if rows[1]["measured_speedup"] else []
+    for again in range(4):  # this VM stalls every process now and then: the median of three
+        if len(ratios) >= 3 or (
+            len(ratios) % 2 and abs(math.log(predicted / statistics.median(ratios))) <= TOLERANCE
+        ):
             break
-        ratios.append(1.0 / _c1_speedup(vllm_plain, vllm_ngram, tmp_path / f"c1-{again}"))
-    measured = statistics.median(ratios)
+        ratio = _c1_ratio(vllm_plain, vllm_ngram, tmp_path / f"c1-{again}")
+        if ratio is not None:
+            ratios.append(ratio)
     print(json.dumps({"c1_ratios": ratios, "c1_predicted_ratio": predicted}))
+    assert ratios, "every c1 measurement's tokens arrived in bursts"
+    measured = statistics.median(ratios)
     assert abs(math.log(predicted / measured)) <= TOLERANCE, (predicted, ratios, figures)
     if measured < 0.85:
         assert predicted < 1.0, (predicted, ratios, figures)
