@@ -93,6 +93,13 @@ def check_rule(rule: str) -> str:
     return rule
 
 
+def _check_window(lookup_min: int, lookup_max: int) -> None:
+    if lookup_min < 1 or lookup_max < lookup_min:
+        raise ValueError(
+            f"prompt_lookup_min {lookup_min} / prompt_lookup_max {lookup_max}: need 1 <= min <= max"
+        )
+
+
 class NgramIndex:
     """A growing token sequence with the earliest start of every n-gram of length lo..hi.
 
@@ -105,11 +112,7 @@ class NgramIndex:
     __slots__ = ("_first", "hi", "lo", "tokens")
 
     def __init__(self, lookup_min: int, lookup_max: int, tokens: Iterable[int] = ()) -> None:
-        if lookup_min < 1 or lookup_max < lookup_min:
-            raise ValueError(
-                f"prompt_lookup_min {lookup_min} / prompt_lookup_max {lookup_max}: "
-                "need 1 <= min <= max"
-            )
+        _check_window(lookup_min, lookup_max)
         self.lo = lookup_min
         self.hi = lookup_max
         self.tokens: list[int] = []
@@ -174,11 +177,7 @@ class RightmostIndex:
     __slots__ = ("_last", "_match", "hi", "lo", "tokens")
 
     def __init__(self, lookup_min: int, lookup_max: int, tokens: Iterable[int] = ()) -> None:
-        if lookup_min < 1 or lookup_max < lookup_min:
-            raise ValueError(
-                f"prompt_lookup_min {lookup_min} / prompt_lookup_max {lookup_max}: "
-                "need 1 <= min <= max"
-            )
+        _check_window(lookup_min, lookup_max)
         self.lo = lookup_min
         self.hi = lookup_max
         self.tokens: list[int] = []
