@@ -217,7 +217,8 @@ GPU_032_V1 = EnginePath(
 )
 
 PRESETS: dict[str, EnginePath] = {p.name: p for p in (CPU_032, GPU_032_V2, GPU_032_V1)}
-DEFAULT_PRESET = CPU_032.name  # resolve()'s fallback; `specload predict` itself assumes no path (cli.py)
+# resolve()'s fallback; `specload predict` itself assumes no path where none is detected.
+DEFAULT_PRESET = CPU_032.name
 
 
 # --------------------------------------------------------------------------- the server's log
