@@ -292,9 +292,10 @@ def test_moe_flag_charges_shared_verification_less_and_bad_shapes_are_one_line(
     # the MoE forecast is faster wherever sequences drafted (c1 here), never slower
     for d, m in zip(dense["levels"], moe["levels"], strict=True):
         assert m["predicted_median_tpot_ms"] <= d["predicted_median_tpot_ms"] + 1e-9
-    assert moe["levels"][0]["predicted_median_tpot_ms"] < dense["levels"][0][
-        "predicted_median_tpot_ms"
-    ]
+    assert (
+        moe["levels"][0]["predicted_median_tpot_ms"]
+        < dense["levels"][0]["predicted_median_tpot_ms"]
+    )
     for bad in ("256", "8:256", "x:8", "0:0", "256:8:1:2"):
         with pytest.raises(UsageError, match=f"--moe {bad}"):
             _predict(str(synthetic_baseline), *argv, "--moe", bad)
