@@ -61,14 +61,14 @@ def _config(k: int, lo: int, hi: int, max_model_len: int) -> Any:
 
 
 def _contexts(requests: list[dict[str, list[int]]]) -> list[list[int]]:
-    out = []
+    out: list[list[int]] = []
     for r in requests:
         prompt, output = list(r["prompt_ids"]), list(r["output_ids"])
         out.extend(prompt + output[: j + 1] for j in range(len(output) - 1))
     return out
 
 
-def numba_drafts(contexts: list[list[int]], k: int, lo: int, hi: int, mml: int) -> list:
+def numba_drafts(contexts: list[list[int]], k: int, lo: int, hi: int, mml: int) -> list[list[int]]:
     import numpy as np
     from vllm.v1.spec_decode.ngram_proposer import NgramProposer
 
@@ -110,7 +110,7 @@ def _patch_interpreter() -> None:
     builder.create_masked_store = create_masked_store
 
 
-def triton_drafts(contexts: list[list[int]], k: int, lo: int, hi: int, mml: int) -> list:
+def triton_drafts(contexts: list[list[int]], k: int, lo: int, hi: int, mml: int) -> list[list[int]]:
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise SystemExit("the triton backend needs TRITON_INTERPRET=1 in the environment")
     import torch
@@ -119,9 +119,9 @@ def triton_drafts(contexts: list[list[int]], k: int, lo: int, hi: int, mml: int)
     from vllm import triton_utils
 
     _patch_interpreter()
-    triton_utils.triton = triton  # type: ignore[attr-defined]
-    triton_utils.tl = tl  # type: ignore[attr-defined]
-    triton_utils.HAS_TRITON = True  # type: ignore[attr-defined]
+    triton_utils.triton = triton
+    triton_utils.tl = tl
+    triton_utils.HAS_TRITON = True
     from vllm.v1.worker.gpu.spec_decode.ngram import speculator
 
     ns = types.SimpleNamespace
@@ -147,7 +147,7 @@ def triton_drafts(contexts: list[list[int]], k: int, lo: int, hi: int, mml: int)
     return drafts
 
 
-def ngram_gpu_drafts(contexts: list[list[int]], k: int, lo: int, hi: int, mml: int) -> list:
+def ngram_gpu_drafts(contexts: list[list[int]], k: int, lo: int, hi: int, mml: int) -> list[list[int]]:
     import torch
     from vllm.v1.spec_decode.ngram_proposer_gpu import NgramGPUKernel
 
@@ -160,7 +160,7 @@ def ngram_gpu_drafts(contexts: list[list[int]], k: int, lo: int, hi: int, mml: i
         for i, ctx in enumerate(batch):
             token_ids[i, : len(ctx)] = torch.tensor(ctx, dtype=torch.int32)
             lengths[i] = len(ctx)
-        out = search(None, token_ids, lengths, lo, hi, k)  # type: ignore[arg-type]
+        out = search(None, token_ids, lengths, lo, hi, k)
         # forward(): rows shorter than prompt_lookup_min get no draft (combined_mask).
         out = torch.where((lengths >= lo).unsqueeze(1), out, -1)
         for row in out.tolist():
