@@ -147,7 +147,9 @@ def triton_drafts(contexts: list[list[int]], k: int, lo: int, hi: int, mml: int)
     return drafts
 
 
-def ngram_gpu_drafts(contexts: list[list[int]], k: int, lo: int, hi: int, mml: int) -> list[list[int]]:
+def ngram_gpu_drafts(
+    contexts: list[list[int]], k: int, lo: int, hi: int, mml: int
+) -> list[list[int]]:
     import torch
     from vllm.v1.spec_decode.ngram_proposer_gpu import NgramGPUKernel
 
