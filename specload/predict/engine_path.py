@@ -142,10 +142,14 @@ class EnginePath:
         return dataclasses.replace(self.with_fields(src, **values), method=method)
 
     def describe(self) -> list[str]:
-        """One line per field: its value and where it came from."""
-        lines = [f"engine path: {self.name} (method {self.method})"]
-        for name in FIELDS:
-            lines.append(f"  {name}: {_show(getattr(self, name))} ({self.source(name)})")
+        """One line per field with its value; where it came from once in the header for the
+        fields that share the commonest source, beside the field for the others."""
+        sources = [_short(self.source(name)) for name in FIELDS]
+        common = max(set(sources), key=sources.count)
+        lines = [f"engine path: {self.name} (method {self.method}; from {common} unless said)"]
+        for name, src in zip(FIELDS, sources, strict=True):
+            said = "" if src == common else f" ({src})"
+            lines.append(f"  {name}: {_show(getattr(self, name))}{said}")
         return lines
 
     def to_json(self) -> dict[str, Any]:
@@ -157,12 +161,21 @@ class EnginePath:
         return out
 
 
+def _short(source: str, width: int = 90) -> str:
+    """A source as the Markdown says it: a quoted log line cut to ``width`` characters (the
+    JSON keeps it whole)."""
+    return source if len(source) <= width else source[: width - 1] + "…"
+
+
 def _show(value: Any) -> str:
     if value is None:
         return "unknown"
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, tuple):
+        if len(value) > 8:  # capture sizes: the first few, the count and the largest
+            head = ", ".join(str(v) for v in value[:4])
+            return f"{head}, … {value[-1]} ({len(value)} sizes)"
         return ", ".join(str(v) for v in value) or "none"
     return str(value)
 

@@ -8,6 +8,7 @@ lines are written from the 0.32 source's format strings (file:line in engine_pat
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import orjson
@@ -67,11 +68,23 @@ def test_for_method_ngram_gpu():
 def test_describe_and_json():
     path = ep.PRESETS["cpu-0.32"]
     lines = path.describe()
-    assert lines[0] == "engine path: cpu-0.32 (method ngram)"
-    assert "  replay_rule: v1 (preset cpu-0.32)" in lines
-    assert "  variant_async: off (preset cpu-0.32)" in lines
-    assert "  capture_sizes: none (preset cpu-0.32)" in lines
+    # the source every field shares is said once, in the header
+    assert lines[0] == "engine path: cpu-0.32 (method ngram; from preset cpu-0.32 unless said)"
+    assert "  replay_rule: v1" in lines
+    assert "  variant_async: off" in lines
+    assert "  capture_sizes: none" in lines
     assert len(lines) == 1 + len(ep.FIELDS)
+    # a field with another source says it beside its value; long size lists are shortened
+    other = dataclasses.replace(
+        ep.PRESETS["gpu-0.32-v2"],
+        sources={**ep.PRESETS["gpu-0.32-v2"].sources, "graph_mode": "server log"},
+    )
+    described = other.describe()
+    assert any(
+        line.startswith("  graph_mode: ") and line.endswith(" (server log)") for line in described
+    )
+    sizes = next(line for line in described if line.startswith("  capture_sizes: "))
+    assert sizes == "  capture_sizes: 1, 2, 4, 8, … 512 (51 sizes)"
     data = path.to_json()
     assert data["capture_sizes"] == [] and data["replay_rule"] == "v1"
     assert data["sources"]["graph_mode"] == "preset cpu-0.32"
