@@ -193,6 +193,7 @@ def engine_path_of(args: argparse.Namespace) -> tuple[EnginePath | None, list[st
     """The engine path (``--engine-path``, ``--server-log`` and what the baseline recorded)
     and the notes to print; None for ``--method draft`` and for a simulator's baseline."""
     from specload.predict import engine_path as ep  # noqa: PLC0415
+    from specload.vllm_log import from_server_log  # noqa: PLC0415
 
     if args.method != "ngram":
         return None, []
@@ -208,7 +209,7 @@ def engine_path_of(args: argparse.Namespace) -> tuple[EnginePath | None, list[st
             log_text = log_file.read_text(errors="replace")
         except OSError as exc:
             raise UsageError(f"--server-log {args.server_log}: {exc.strerror or exc}") from None
-        if not ep.from_server_log(log_text):
+        if not from_server_log(log_text):
             raise UsageError(
                 f"--server-log {args.server_log}: no line of a vLLM server's startup log in it"
             )

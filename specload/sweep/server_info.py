@@ -5,7 +5,7 @@
 readiness gate), the served model's ``max_model_len`` (``GET /v1/models``), the ``*_info``
 families of ``/metrics`` (``vllm:cache_config_info`` …: their labels, small and bounded)
 and, with ``specload run --server-log FILE``, what the server's startup log says
-(:func:`specload.predict.engine_path.from_server_log`).
+(:func:`specload.vllm_log.from_server_log`).
 
 Bounded and never secret: at most :data:`MAX_FAMILIES` info families of
 :data:`MAX_LABELS` labels, values cut to :data:`MAX_VALUE_CHARS`; labels whose name looks
@@ -23,6 +23,7 @@ import httpx
 
 from specload.errors import UsageError
 from specload.urls import ServerURL
+from specload.vllm_log import from_server_log
 
 MAX_FAMILIES = 8
 MAX_LABELS = 64
@@ -90,8 +91,6 @@ def gather(
     transport: httpx.BaseTransport | None = None,
 ) -> dict[str, Any]:
     """``server_info`` for summary.json (see the module doc); ``server_log``: a file path."""
-    from specload.predict.engine_path import from_server_log  # noqa: PLC0415
-
     info: dict[str, Any] = {"vllm_version": version, "simulator": simulator}
     unread: list[str] = []
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}

@@ -17,6 +17,7 @@ import pytest
 from specload.errors import UsageError
 from specload.predict import engine_path as ep
 from specload.predict.ngram import RULES
+from specload.vllm_log import MAX_EVIDENCE_CHARS, from_server_log
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm-0.32.0"
 
@@ -95,7 +96,7 @@ def test_describe_and_json():
 
 
 def test_real_cpu_ngram_log():
-    facts = ep.from_server_log((DATA / "engine_log_ngram_cpu.txt").read_text())
+    facts = from_server_log((DATA / "engine_log_ngram_cpu.txt").read_text())
     assert facts["vllm_version"] == "0.32.0"
     assert facts["device"] == "cpu"
     assert facts["runner"] == "v1"  # "Model Runner V2 requires Triton; using the V1 ..."
@@ -103,11 +104,11 @@ def test_real_cpu_ngram_log():
     assert facts["async_scheduling"] is False
     assert "Async scheduling not supported with ngram" in facts["evidence"]["async_scheduling"]
     assert facts["graph_mode"] == "none" and facts["capture_sizes"] == []
-    assert all(len(v) <= ep.MAX_EVIDENCE_CHARS for v in facts["evidence"].values())
+    assert all(len(v) <= MAX_EVIDENCE_CHARS for v in facts["evidence"].values())
 
 
 def test_real_cpu_plain_log():
-    facts = ep.from_server_log((DATA / "engine_log_plain_cpu.txt").read_text())
+    facts = from_server_log((DATA / "engine_log_plain_cpu.txt").read_text())
     assert (facts["role"], facts["device"], facts["runner"]) == ("baseline", "cpu", "v1")
     # No line says so: the CPU platform turns async scheduling off for every server.
     assert facts["async_scheduling"] is False
@@ -115,15 +116,15 @@ def test_real_cpu_plain_log():
 
 
 def test_gpu_logs():
-    facts = ep.from_server_log(GPU_NGRAM_LOG)
+    facts = from_server_log(GPU_NGRAM_LOG)
     assert (facts["device"], facts["runner"], facts["role"]) == ("gpu", "v2", "variant")
     assert facts["async_scheduling"] is False
     assert facts["graph_mode"] == "full_and_piecewise"
     assert facts["capture_sizes"] == [4, 8, 16]
-    base = ep.from_server_log(GPU_BASELINE_V1_LOG)
+    base = from_server_log(GPU_BASELINE_V1_LOG)
     assert (base["runner"], base["graph_mode"], base["role"]) == ("v1", "piecewise", "baseline")
     assert "async_scheduling" not in base  # a GPU baseline: nothing said, not assumed here
-    assert ep.from_server_log("nothing of vLLM here\n") == {}
+    assert from_server_log("nothing of vLLM here\n") == {}
 
 
 # ----------------------------------------------------------------- detection and resolving
@@ -138,7 +139,7 @@ def _results(tmp_path: Path, server_info: dict | None, **extra) -> Path:
 
 
 def test_detect_from_recorded_log(tmp_path):
-    log = ep.from_server_log(GPU_BASELINE_V1_LOG)
+    log = from_server_log(GPU_BASELINE_V1_LOG)
     path = ep.detect(_results(tmp_path, {"vllm_version": "0.32.0", "log": log}))
     assert path is not None and path.name == "detected"
     assert (path.device, path.runner, path.replay_rule) == ("gpu", "v1", "v1")
@@ -180,7 +181,7 @@ def test_resolve():
     assert path.source("vllm_version") == "baseline server GET /version"
     # An explicit preset wins for the variant's path; the baseline's own facts stay.
     detected = ep.from_facts(
-        {"vllm_version": "0.32.0", "log": ep.from_server_log(GPU_BASELINE_V1_LOG)}
+        {"vllm_version": "0.32.0", "log": from_server_log(GPU_BASELINE_V1_LOG)}
     )
     path = ep.resolve("gpu-0.32-v2", detected)
     assert (path.runner, path.replay_rule) == ("v2", "v2")
