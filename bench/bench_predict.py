@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from simulator.costmodel import CostModel  # noqa: E402
-from specload.predict import cli  # noqa: E402
+from specload.commands import predict as cli  # noqa: E402
 from specload.predict import forecast as forecast_module  # noqa: E402
 from specload.predict.synthetic import make_records, write_synthetic_baseline  # noqa: E402
 
@@ -114,7 +114,8 @@ def main() -> None:
         f"(best {min(times):.2f} s)"
     )
     code = (
-        "import sys, argparse; from specload.predict import cli; p = argparse.ArgumentParser(); "
+        "import sys, argparse; from specload.commands import predict as cli; "
+        "p = argparse.ArgumentParser(); "
         "cli.add_arguments(p); sys.exit(cli.run(p.parse_args(sys.argv[1:])))"
     )
     t = time.perf_counter()

@@ -12,7 +12,7 @@
 - :mod:`exporter.poller` — a thread per target on a common schedule.
 - :mod:`exporter.collector` — the prometheus-client Collector.
 - :mod:`exporter.sources`, :mod:`exporter.baselines`, :mod:`exporter.profiling` — extra families.
-- :mod:`exporter.app`, :mod:`exporter.cli` — the running exporter and ``specload exporter``.
+- :mod:`exporter.app` — the running exporter (its command: :mod:`specload.commands.exporter`).
 
 See docs/exporter.md.
 """

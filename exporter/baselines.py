@@ -1,6 +1,6 @@
 """Baseline files (``specload baseline export``) served as metrics.
 
-Each file (format ``specload-baseline/1``, see :mod:`specload.baseline`) becomes::
+Each file (format ``specload-baseline/1``, see :mod:`specload.compare.baseline`) becomes::
 
     specload_baseline_tpot_seconds{variant, model, category, concurrency, request_rate, quantile}
     specload_baseline_requests{variant, model, category, concurrency, request_rate}
@@ -22,7 +22,7 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from specload.baseline import load_baseline
+from specload.compare.baseline import load_baseline
 from specload.errors import UsageError
 
 log = logging.getLogger("specload.exporter")

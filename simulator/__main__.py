@@ -1,28 +1,5 @@
-"""``python -m simulator ...``: the same as ``specload sim ...``."""
+"""``python -m simulator ...``: the same as ``specload sim ...`` (:mod:`specload.commands.sim`)."""
 
-from __future__ import annotations
+from specload.commands.sim import main
 
-import sys
-
-from simulator import cli
-from specload.cli import _Parser
-from specload.errors import UsageError
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(
-        prog="specload sim", description="serve a simulated vLLM (the embedded default)"
-    )
-    cli.add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return cli.run(args)
-    except UsageError as exc:
-        print(f"specload sim: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+raise SystemExit(main())

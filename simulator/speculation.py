@@ -1,7 +1,7 @@
 """The simulated variants' speculation: :class:`~simulator.engine.Speculator` implementations.
 
 * :class:`NgramSpeculator` — vLLM's n-gram (prompt-lookup) proposer, by the same code that
-  ``specload predict`` replays (:class:`specload.predict.ngram.NgramIndex`), over the sequence
+  ``specload predict`` replays (:class:`simulator.ngram.NgramIndex`), over the sequence
   the engine is generating (prompt + output so far); a draft token is accepted exactly when it
   equals the sequence's own next token, so acceptance emerges from the text
   (:mod:`simulator.text`). The draft: the tokens after the earliest occurrence of the longest
@@ -16,13 +16,24 @@
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from simulator.ngram import NgramIndex
 from simulator.variants import Variant
-from specload.predict.ngram import NgramIndex
 
-if TYPE_CHECKING:
-    from simulator.engine import Sequence, Speculator
+
+class Sequence(Protocol):
+    """What a speculator reads of a running sequence (:class:`simulator.engine.Sequence` has
+    it): declared here so that the engine imports its speculators and not the other way."""
+
+    category: str
+    prompt_tokens: int
+    generated: int
+    replay: object | None
+
+    def prompt_ids(self) -> list[int]: ...
+
+    def token_ids(self, n: int) -> list[int]: ...
 
 
 class ProbabilisticSpeculator:
@@ -113,8 +124,9 @@ class NgramSpeculator:
 
 def speculator_for(
     variant: Variant, rng: random.Random, *, max_model_len: int | None = None
-) -> Speculator | None:
-    """The variant's own speculation (None without)."""
+) -> ProbabilisticSpeculator | NgramSpeculator | None:
+    """The variant's own speculation (None without): a
+    :class:`simulator.engine.Speculator`."""
     if not variant.speculative:
         return None
     if variant.method == "ngram" and variant.acceptance_model == "text":

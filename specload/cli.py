@@ -52,18 +52,30 @@ class Subcommand:
 
 # Order is the order shown by --help.
 SUBCOMMANDS: tuple[Subcommand, ...] = (
-    Subcommand("demo", "specload.demo", "run the whole story on simulated vLLM variants"),
-    Subcommand("run", "specload.sweep.cli", "headless sweep over concurrency levels"),
-    Subcommand("compare", "specload.compare.cli", "compare result directories of variants"),
-    Subcommand("report", "specload.report.cli", "one self-contained HTML report of result dirs"),
-    Subcommand("baseline", "specload.baseline", "export a baseline for the exporter and alerts"),
-    Subcommand("predict", "specload.predict.cli", "forecast a speculative variant from a baseline"),
-    Subcommand("results", "specload.results.repair", "repair a killed run's results (repair DIR)"),
-    Subcommand("sim", "simulator.cli", "serve a simulated vLLM (the embedded default)"),
-    Subcommand("exporter", "exporter.cli", "export vLLM variants' metrics to Prometheus"),
-    Subcommand("profile", "specload.profile.cli", "capture and analyse vLLM profiler traces"),
-    Subcommand("stack", "specload.stack.cli", "start/stop the local stack as processes"),
-    Subcommand("deploy", "specload.deploy.cli", "generate systemd units and Kubernetes manifests"),
+    Subcommand("demo", "specload.commands.demo", "run the whole story on simulated vLLM variants"),
+    Subcommand("run", "specload.commands.run", "headless sweep over concurrency levels"),
+    Subcommand("compare", "specload.commands.compare", "compare result directories of variants"),
+    Subcommand(
+        "report", "specload.commands.report", "one self-contained HTML report of result dirs"
+    ),
+    Subcommand(
+        "baseline", "specload.commands.baseline", "export a baseline for the exporter and alerts"
+    ),
+    Subcommand(
+        "predict", "specload.commands.predict", "forecast a speculative variant from a baseline"
+    ),
+    Subcommand(
+        "results", "specload.commands.results", "repair a killed run's results (repair DIR)"
+    ),
+    Subcommand("sim", "specload.commands.sim", "serve a simulated vLLM (the embedded default)"),
+    Subcommand(
+        "exporter", "specload.commands.exporter", "export vLLM variants' metrics to Prometheus"
+    ),
+    Subcommand("profile", "specload.commands.profile", "capture and analyse vLLM profiler traces"),
+    Subcommand("stack", "specload.commands.stack", "start/stop the local stack as processes"),
+    Subcommand(
+        "deploy", "specload.commands.deploy", "generate systemd units and Kubernetes manifests"
+    ),
 )
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from specload.durations import parse_duration
 from specload.errors import UsageError
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 
 MEASURES = ("ttft", "ttfct", "tpot", "e2el", "itl_p99")
 

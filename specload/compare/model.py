@@ -47,7 +47,7 @@ from specload.compare.stats import (
 )
 from specload.durations import parse_duration
 from specload.errors import UsageError
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 from specload.results.aggregate import finite_number, level_window
 from specload.results.repair import record_of
 from specload.results.writer import read_requests, read_summary

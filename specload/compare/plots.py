@@ -34,7 +34,7 @@ from specload.compare.stats import (
     row_mean,
     row_median,
 )
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 from specload.results.aggregate import finite_number
 from specload.results.plots import (
     Chart,

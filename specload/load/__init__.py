@@ -19,7 +19,7 @@ token-bearing chunk, as ``vllm bench serve``), ``ok``, ``error_kind``
 (``refused``, ``reset``, ``timeout``, ``http_<code>``, ``malformed``,
 ``malformed_usage``, ``server_error``, ``content_type``, ``content_encoding``,
 ``no_done``, ``protocol``, ``unfinished``, ``client_error``, ``bad_request``:
-:data:`specload.load.records.ERROR_KINDS`), ``ttft_s``, ``ttfct_s``, ``e2e_s``, ``tpot_s``,
+:data:`specload.records.request.ERROR_KINDS`), ``ttft_s``, ``ttfct_s``, ``e2e_s``, ``tpot_s``,
 ``tokens_reasoning``, ``tokens_content``, ``tokens_output``, ``chunks``,
 ``chunks_coalesced``, ``finish_reason``, ``reasoning_truncated``,
 ``token_count_source`` (``exact`` | ``usage`` | ``tokenizer`` |
@@ -55,9 +55,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from specload.load.aggregate import Aggregator, Stats
-from specload.load.records import RequestRecord
 from specload.load.session import LoadSession, RecordCallback, get_session
+from specload.records.request import RequestRecord
+from specload.records.stats import Aggregator, Stats
 
 if TYPE_CHECKING:
     from specload.load.user import ChatUser

@@ -39,9 +39,9 @@ from specload.load.meter import (
     meter_message,
 )
 from specload.load.options import WARMUP_SUFFIX
-from specload.load.records import RequestRecord
 from specload.load.response import FastReader
 from specload.prompts import CATEGORIES, Prompt
+from specload.records.request import RequestRecord
 from specload.sse import EventTooLarge, SSEDecoder
 from specload.urls import ServerURL
 

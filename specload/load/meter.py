@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from specload.histogram import Histogram
-from specload.load.records import ARRIVAL_SAMPLE_S, RequestRecord
-from specload.load.specdecode import estimate_from_chunks, record_spec_decode
 from specload.load.switches import SWITCHES, extension
+from specload.records.request import ARRIVAL_SAMPLE_S, RequestRecord
+from specload.records.specdecode import estimate_from_chunks, record_spec_decode
 
 _loads = orjson.loads
 # Channel splits that give the exact index of the first content token.

@@ -26,7 +26,7 @@ from prometheus_client.core import (
 
 from specload.errors import UsageError
 from specload.histogram import ITL_BUCKETS_S, LATENCY_BUCKETS_S, BucketCounts
-from specload.load.records import ERROR_KINDS, RequestRecord
+from specload.records.request import ERROR_KINDS, RequestRecord
 
 #: Error classes with a fixed name (HTTP statuses are ``http_<code>``, created on use).
 FIXED_ERROR_KINDS = tuple(k for k in ERROR_KINDS if not k.startswith("http_") and k != "unfinished")

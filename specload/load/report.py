@@ -23,8 +23,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from specload.load.aggregate import Aggregator
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
+from specload.records.stats import Aggregator
 
 #: Locust's request type of specload's requests (one event per request).
 REQUEST_TYPE = "CHAT"

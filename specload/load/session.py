@@ -37,7 +37,6 @@ import gevent.lock
 import orjson
 
 from specload.errors import UsageError
-from specload.load.aggregate import Aggregator
 from specload.load.chat import ChatRequester, ChatSettings
 from specload.load.connection import Connection
 from specload.load.failures import RequestFailed
@@ -54,9 +53,10 @@ from specload.load.messages import (
 from specload.load.meter import TokenCounter
 from specload.load.metrics import ClientMetrics, parse_address, serve
 from specload.load.options import DEFAULT_STEP, cache_bust_nonce, validate
-from specload.load.records import RequestRecord
 from specload.load.report import fire_locust_events, write_csv
 from specload.prompts import Prompt, PromptSampler, load_prompt_set
+from specload.records.request import RequestRecord
+from specload.records.stats import Aggregator
 from specload.slo import Objectives, judge, parse_slo
 from specload.urls import ServerURL, parse_server_url
 

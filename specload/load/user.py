@@ -25,9 +25,9 @@ from locust.user.task import LOCUST_STATE_RUNNING, LOCUST_STATE_STOPPING, LOCUST
 from specload.load import plugin as _plugin  # registers specload's options and messages
 from specload.load.chat import ChatRequester
 from specload.load.failures import BACKOFF_FIRST_S, RequestFailed, pause_s
-from specload.load.records import RequestRecord
 from specload.load.session import LoadSession, get_session
 from specload.prompts import Prompt
+from specload.records.request import RequestRecord
 
 del _plugin
 

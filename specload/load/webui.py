@@ -38,8 +38,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specload.load.aggregate import Aggregator
 from specload.load.report import csv_text, step_numbers
+from specload.records.stats import Aggregator
 
 TAB_KEY = "specload"
 TAB_TITLE = "specload"

@@ -7,7 +7,7 @@ mode and the graph mode decide what each step costs beyond the baseline's curve.
 ========================  ===============================================================
 field                     what it decides
 ========================  ===============================================================
-``replay_rule``           the n-gram rule replayed (:data:`specload.predict.ngram.RULES`):
+``replay_rule``           the n-gram rule replayed (:data:`simulator.ngram.RULES`):
                           ``v1`` (the longest n-gram at its earliest occurrence, 0..k
                           drafts: vLLM's CPU numba proposer and the 0.16 reference),
                           ``v2`` (Model Runner V2's Triton kernel: the rightmost
@@ -71,7 +71,7 @@ import orjson
 
 from specload.vllm_log import from_server_log
 
-REPLAY_RULES = ("v1", "v2", "ngram_gpu")  # = specload.predict.ngram.RULES
+REPLAY_RULES = ("v1", "v2", "ngram_gpu")  # = simulator.ngram.RULES
 GRAPH_MODES = ("none", "piecewise", "full", "full_and_piecewise")
 PROPOSERS = ("ngram-numba", "ngram-gpu", "ngram-triton-v2")
 RUNNERS = ("v1", "v2")

@@ -1,6 +1,6 @@
 """The forecast: a speculative variant's acceptance and TPOT, from the baseline alone.
 
-1. Every recorded request is replayed through the proposer (:mod:`specload.predict.ngram`):
+1. Every recorded request is replayed through the proposer (:mod:`simulator.ngram`):
    its step sequence under the variant (drafted, accepted, emitted per step).
 2. A **batch engine** places the step sequences of a level's requests in the engine's
    steps — closed loop, ``c`` users, each sending its next request when the last ends.
@@ -36,10 +36,10 @@ from simulator.costmodel import StepCost
 from simulator.engine import EngineCore, SchedulerLimits
 from simulator.engine import Sequence as EngineSequence
 from simulator.metrics import EngineMetrics
+from simulator.ngram import MAX_K, RequestReplay, StepSequence, Totals
 from simulator.variants import Variant
 from specload.predict.engine_path import EnginePath
 from specload.predict.moe import MoeModel
-from specload.predict.ngram import MAX_K, RequestReplay, StepSequence, Totals
 from specload.predict.stepcost import (
     CostPoint,
     Plan,
@@ -48,7 +48,7 @@ from specload.predict.stepcost import (
     plan_levels,
 )
 from specload.predict.terms import HOST, Given, Padding, Term, draw, padding_for, terms_for
-from specload.predict.tokens import TOKENS_FILE, TokenRecord, read_tokens, tokens_path
+from specload.records.tokens import TOKENS_FILE, TokenRecord, read_tokens, tokens_path
 from specload.results.aggregate import finite_number
 from specload.results.writer import read_summary
 
@@ -1002,7 +1002,7 @@ class _Replays:
     def __init__(self, records: Sequence[TokenRecord], opts: Options) -> None:
         max_k = max(MAX_K, opts.num_speculative_tokens)
         self.records = list(records)
-        # The engine path's n-gram rule (specload.predict.ngram.RULES); v1 where not known.
+        # The engine path's n-gram rule (simulator.ngram.RULES); v1 where not known.
         rule = opts.engine_path.replay_rule if opts.engine_path is not None else "v1"
         self.replays = [
             RequestReplay(

@@ -7,9 +7,9 @@ from typing import Any
 
 import orjson
 
+from simulator.ngram import Totals
 from specload.predict.engine_path import EnginePath
 from specload.predict.forecast import Forecast, KResult, LevelForecast
-from specload.predict.ngram import Totals
 from specload.predict.stepcost import Plan, StepCostFit
 from specload.results.aggregate import finite_number
 

@@ -19,8 +19,8 @@ from typing import Any
 import numpy as np
 import orjson
 
-from specload.predict.ngram import RequestReplay
-from specload.predict.tokens import TokenRecord, write_tokens
+from simulator.ngram import RequestReplay
+from specload.records.tokens import TokenRecord, write_tokens
 
 # Copy probability of an output segment per category: reasoning repeats little,
 # structured output and code more.

@@ -6,7 +6,7 @@
 - :mod:`specload.profile.capture` drives ``/start_profile`` and ``/stop_profile``.
 - :mod:`specload.profile.render` prints a report for a terminal.
 - :mod:`specload.profile.synthetic` writes traces with a known share (tests, benchmarks).
-- :mod:`specload.profile.cli` is ``specload profile analyze|capture``.
+- :mod:`specload.commands.profile` is ``specload profile analyze|capture``.
 
 The exporter's scheduled captures live in :mod:`exporter.profiling`.
 """

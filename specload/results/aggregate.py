@@ -1,6 +1,6 @@
 """A level's numbers from its records: the sweep, ``results repair`` and the tests.
 
-The figures themselves are defined once, in :class:`specload.load.aggregate.Stats`;
+The figures themselves are defined once, in :class:`specload.records.stats.Stats`;
 this module only groups a level's records (all, and per category) and counts the
 tokens that arrived inside the level's measured window.
 """
@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
-from specload.load.aggregate import TRUNCATION_WARN_RATIO, Stats
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
+from specload.records.stats import TRUNCATION_WARN_RATIO, Stats
 
 
 def as_record(item: RequestRecord | Mapping[str, Any]) -> RequestRecord:
@@ -261,7 +261,7 @@ def summarize_level(
 ) -> dict[str, Any]:
     """A level's measured numbers (the keys of a ``summary.json`` level, ``categories``
     included) from records: the one definition the sweep, ``results repair`` and the
-    tests use. ``records``: :class:`~specload.load.records.RequestRecord` objects (or
+    tests use. ``records``: :class:`~specload.records.request.RequestRecord` objects (or
     ``requests.jsonl`` dicts) of any step — only ``step``'s count as the level's requests,
     while throughput counts every token that arrived in the window (wall clock,
     ``window_start_s``..``window_end_s``) over ``duration_s``. Without window bounds,

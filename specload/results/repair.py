@@ -26,7 +26,6 @@ left alone unless ``--force``.
 
 from __future__ import annotations
 
-import argparse
 import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -37,7 +36,7 @@ from specload.errors import UsageError
 from specload.slo import parse_slo
 
 if TYPE_CHECKING:
-    from specload.load.records import RequestRecord
+    from specload.records.request import RequestRecord
 
 BACKUP_FILE = "summary.before-repair.json"
 REPAIRABLE = ("running", "repaired")
@@ -54,7 +53,7 @@ _REQUIRED = {
 
 def record_of(raw: Mapping[str, Any]) -> RequestRecord:
     """A ``requests.jsonl`` line as a :class:`RequestRecord` (older lines: defaults filled)."""
-    from specload.load.records import RequestRecord  # noqa: PLC0415
+    from specload.records.request import RequestRecord  # noqa: PLC0415
 
     data = dict(raw)
     for key, default in _REQUIRED.items():
@@ -322,36 +321,3 @@ def repair(path: str | Path, *, force: bool = False) -> dict[str, Any]:
     atomic_write_bytes(directory / SUMMARY_FILE, dump_json(summary))
     atomic_write_text(directory / SUMMARY_MD_FILE, summary_markdown(summary))
     return summary
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="results_command", metavar="ACTION")
-    sub.required = True
-    rep = sub.add_parser(
-        "repair",
-        help="rebuild a killed run's summary.json from requests.jsonl",
-        description="rebuild summary.json (and summary.md) of a run killed before it "
-        "finalized them, from requests.jsonl: status 'repaired', the level it died in "
-        "incomplete; the old summary is kept as " + BACKUP_FILE,
-    )
-    rep.add_argument("dir", metavar="DIR", help="results directory of the killed run")
-    rep.add_argument(
-        "--force",
-        action="store_true",
-        help="rebuild a finalized summary too (status complete, interrupted, failed…)",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    summary = repair(args.dir, force=args.force)
-    for level in summary["levels"]:
-        print(
-            f"  {level['name']}: {level.get('completed')} ok, {level.get('failed')} failed, "
-            f"{level.get('duration', 0.0):.1f}s window"
-            + ("" if level.get("complete") else " (incomplete: the run died in it)")
-        )
-    print(
-        f"repaired {Path(args.dir) / 'summary.json'} from {summary['repair']['records']} "
-        f"records (was {summary['repair']['from_status']}); summary.md rewritten"
-    )
-    return 0

@@ -29,7 +29,7 @@ from typing import Any
 import orjson
 
 from specload.errors import UsageError
-from specload.predict.tokens import TOKENS_FILE, token_line
+from specload.records.tokens import TOKENS_FILE, token_line
 
 REQUESTS_FILE = "requests.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -164,7 +164,7 @@ class ResultsWriter:
 
     def append_tokens(self, record: Mapping[str, Any]) -> None:
         """Write one request's token ids as one line of ``tokens.jsonl`` (the format of
-        :func:`specload.predict.tokens.token_line`), straight to the OS like the records;
+        :func:`specload.records.tokens.token_line`), straight to the OS like the records;
         a failed write stops the records too (:attr:`error`)."""
         if self.error is not None or self._fd is None:
             return

@@ -4,5 +4,5 @@
 - :mod:`specload.stack.configs` — Prometheus, target lists and exporter config for a plan;
 - :mod:`specload.stack.procs` — start, identify and stop processes (pid + start time);
 - :mod:`specload.stack.state` — the state folder's ``stack.json``;
-- :mod:`specload.stack.cli` — the subcommand.
+- :mod:`specload.commands.stack` — the subcommand.
 """

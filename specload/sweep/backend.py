@@ -27,7 +27,7 @@ from locust.runners import STATE_MISSING, MasterRunner, Runner
 
 from specload import load as load_api
 from specload.errors import UsageError
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 from specload.sweep import locustfile
 from specload.sweep.locustfile import MSG_PACE, TRACE_START_LEAD_S, SweepUser, get_pacer
 from specload.sweep.plan import Level

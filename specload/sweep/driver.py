@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 from specload.results.aggregate import LevelAggregate, assess_level
 from specload.sweep.plan import Level, SweepPlan
 from specload.sweep.reconcile import Reconciler, reconcile_flags, reconcile_warnings

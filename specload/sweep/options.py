@@ -1,6 +1,6 @@
 """``specload run``'s options: their declarations, and the load options as worker flags.
 
-Below both the command line (:mod:`specload.sweep.cli`, which builds the
+Below both the command line (:mod:`specload.commands.run`, which builds the
 settings) and the run (:mod:`specload.sweep.session`, which starts the
 workers), so neither imports the other. The load options are the load
 generator's own declarations (:func:`specload.load.options.add_options`),

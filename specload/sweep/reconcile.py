@@ -31,7 +31,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 
 TOLERANCE_RATIO = 0.005
 TOLERANCE_MIN = 1.0

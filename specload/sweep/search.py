@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from specload.errors import UsageError
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 from specload.sweep.plan import MAX_CONCURRENCY, MAX_REQUEST_RATE, Level
 
 DEFAULT_ATTAINMENT = 0.9

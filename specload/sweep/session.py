@@ -29,7 +29,7 @@ import httpx
 
 from specload import __version__
 from specload.errors import UsageError
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 from specload.redact import ScrubFilter
 from specload.results.report import summary_markdown
 from specload.results.writer import (
@@ -362,7 +362,7 @@ def _interruptible(wait: Callable[[], _T], stop: Callable[[], str | None]) -> _T
 
 
 def _token_dict(record: RequestRecord) -> dict[str, Any]:
-    """The record's line of tokens.jsonl (:mod:`specload.predict.tokens`)."""
+    """The record's line of tokens.jsonl (:mod:`specload.records.tokens`)."""
     return {
         "step": record.step,
         "category": record.category,

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from simulator.variants import PRESETS
-from specload import demo as demo_mod
+from specload.commands import demo as demo_mod
 from specload.results import read_summary
 from specload.stack.procs import ProcessId, is_running
 from specload.stack.rules import DEMO, DEMO_TIME_SCALE, duration_s

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from specload.load.aggregate import Stats
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
+from specload.records.stats import Stats
 from specload.results.aggregate import truncation_warnings
 
 pytestmark = pytest.mark.integration

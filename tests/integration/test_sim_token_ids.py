@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
+from simulator.ngram import RequestReplay
 from simulator.text import WORDS, prompt_token_ids
 from specload import promtext
-from specload.predict.ngram import RequestReplay
 from specload.sse import DONE, SSEDecoder
 from tests.fixtures.sim import SimHandle
 

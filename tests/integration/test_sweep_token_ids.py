@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from specload.predict.tokens import read_tokens
+from specload.records.tokens import read_tokens
 from specload.results import read_requests
 
 pytestmark = pytest.mark.integration

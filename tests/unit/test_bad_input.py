@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from specload import demo
 from specload.cli import main
+from specload.commands import demo
 from specload.errors import UsageError
 from specload.sweep.plan import MAX_CONCURRENCY, MAX_REQUEST_RATE, build_plan
 from specload.sweep.settings import MAX_LOCAL_WORKERS, check_metrics_port, check_workers

@@ -5,8 +5,8 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from specload.baseline import FORMAT, export_warnings, load_baseline, truncated_levels
 from specload.cli import main
+from specload.compare.baseline import FORMAT, export_warnings, load_baseline, truncated_levels
 from tests.fixtures.results import make_run
 
 pytestmark = pytest.mark.unit

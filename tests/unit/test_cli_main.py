@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-import specload.compare.cli as compare_cli
+import specload.commands.compare as compare_cli
 from specload import __version__
 from specload.cli import BROKEN_PIPE_EXIT, SUBCOMMANDS, main
 from specload.errors import UsageError

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from exporter.config import parse_config
-from specload import demo
+from specload.commands import demo
+from specload.commands import stack as stack_cli
 from specload.errors import UsageError
-from specload.stack import cli as stack_cli
 from specload.stack.configs import exporter_config
 from specload.stack.plan import StackOptions, build_plan
 from specload.stack.rules import DEMO_TIME_SCALE

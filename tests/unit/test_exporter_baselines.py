@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from exporter.baselines import BaselineSource
-from specload.baseline import FORMAT
+from specload.compare.baseline import FORMAT
 
 pytestmark = pytest.mark.unit
 

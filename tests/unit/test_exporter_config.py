@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from exporter.cli import add_arguments, build_config
 from exporter.config import load_config, parse_config
+from specload.commands.exporter import add_arguments, build_config
 from specload.errors import UsageError
 
 pytestmark = pytest.mark.unit

@@ -1,11 +1,15 @@
-"""Imports: no cycles between the modules of ``specload``, ``exporter`` and ``simulator``,
-and ``specload --help`` imports none of the subcommands (nor Locust, gevent, httpx…).
+"""Imports: every module on its floor (never an import up, type-only ones included), no
+two folders importing each other, no cycles between the modules of ``specload``, ``exporter``
+and ``simulator``, and ``specload --help`` imports none of the subcommands (nor Locust,
+gevent, httpx…).
 
 The import graph is read statically (``ast``): every ``import x`` and
 ``from x import y`` names the deepest first-party module it reaches (``from
 pkg import mod`` → ``pkg.mod``; ``from pkg import name`` → ``pkg``, whose
-``__init__`` runs). Imports under ``if TYPE_CHECKING:`` never run and are left
-out. Two graphs:
+``__init__`` runs). Imports under ``if TYPE_CHECKING:`` never run, but they are a
+dependency all the same: the floors and the folder rule count them, the cycle checks
+below say which graph they read. The floors, bottom to top, are :data:`FLOORS`: a module
+may import its own floor or one below. Two cycle graphs:
 
 - module level (statements run when the module is imported, inside ``try``,
   ``if``, ``with`` and class bodies too): a cycle there makes the result depend
@@ -14,7 +18,8 @@ out. Two graphs:
 - with the imports deferred into functions too: a lazy import is fine (it keeps
   Locust's monkey-patching or matplotlib out of a path that does not need them)
   but a cycle through it is still two modules that each need the other, which
-  is a sign the shared part belongs in a module below both.
+  is a sign the shared part belongs in a module below both (type-only imports count
+  here too: a type shared by two modules belongs below both).
 """
 
 from __future__ import annotations
@@ -62,6 +67,72 @@ HEAVY = (
 # The first-party modules `specload --help` needs: the command table and its error type.
 HELP_MODULES = {"specload", "specload.cli", "specload.errors", "specload.__main__"}
 
+# Bottom to top. A module belongs to the floor of the longest prefix that names it; a module
+# may import one on its own floor (sideways) or below, never above.
+FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "shared core",
+        (
+            "specload",  # the package's __init__: the version
+            "specload.errors",
+            "specload.urls",
+            "specload.durations",
+            "specload.sse",
+            "specload.promtext",
+            "specload.promapi",
+            "specload.histogram",
+            "specload.redact",
+            "specload.vllm_log",
+            "specload.vllm_metrics",
+            "specload.prompts",
+            "specload.schemas",
+        ),
+    ),
+    ("records", ("specload.records", "specload.slo")),
+    ("results", ("specload.results",)),
+    (
+        # the continuous-batching engine, its speculators and cost model: the simulator's
+        # server and `specload predict` both run it
+        "engine",
+        tuple(
+            f"simulator.{m}"
+            for m in (
+                "engine",
+                "speculation",
+                "ngram",
+                "costmodel",
+                "variants",
+                "workload",
+                "text",
+                "prefix_cache",
+                "spec_metrics",
+                "metrics",
+                "limits",
+                "calibration",
+            )
+        ),
+    ),
+    (
+        "parts",
+        (
+            "specload.load",
+            "specload.sweep",
+            "specload.compare",
+            "specload.predict",
+            "specload.profile",
+            "specload.stack",
+            "specload.deploy",
+            "simulator",
+            "exporter",
+        ),
+    ),
+    ("presentation", ("specload.report",)),
+    (
+        "commands",
+        ("specload.cli", "specload.__main__", "specload.commands", "simulator.__main__"),
+    ),
+)
+
 
 @dataclass(frozen=True)
 class Edge:
@@ -69,6 +140,7 @@ class Edge:
     target: str
     where: str  # file:line of the import statement
     deferred: bool  # inside a function: runs when the function does
+    typing: bool = False  # under `if TYPE_CHECKING:`: never runs, still a dependency
 
 
 def _module_files(root: Path, packages: Iterable[str]) -> dict[str, Path]:
@@ -98,21 +170,25 @@ def _is_type_checking(node: ast.If) -> bool:
 _ImportNode = ast.Import | ast.ImportFrom
 
 
-def _imported_names(tree: ast.Module) -> Iterator[tuple[_ImportNode, bool]]:
-    """Every import statement that can run, and whether it is deferred into a function."""
+def _imported_names(tree: ast.Module) -> Iterator[tuple[_ImportNode, bool, bool]]:
+    """Every import statement, whether it is deferred into a function, and whether it is
+    type-only (under ``if TYPE_CHECKING:``)."""
 
-    def walk(nodes: Iterable[ast.AST], deferred: bool) -> Iterator[tuple[_ImportNode, bool]]:
+    def walk(
+        nodes: Iterable[ast.AST], deferred: bool, typing: bool
+    ) -> Iterator[tuple[_ImportNode, bool, bool]]:
         for node in nodes:
             if isinstance(node, ast.Import | ast.ImportFrom):
-                yield node, deferred
+                yield node, deferred, typing
             elif isinstance(node, ast.If) and _is_type_checking(node):
-                yield from walk(node.orelse, deferred)
+                yield from walk(node.body, deferred, True)
+                yield from walk(node.orelse, deferred, typing)
             elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-                yield from walk(ast.iter_child_nodes(node), True)
+                yield from walk(ast.iter_child_nodes(node), True, typing)
             else:
-                yield from walk(ast.iter_child_nodes(node), deferred)
+                yield from walk(ast.iter_child_nodes(node), deferred, typing)
 
-    yield from walk(tree.body, False)
+    yield from walk(tree.body, False, False)
 
 
 def import_edges(modules: dict[str, Path], root: Path = ROOT) -> list[Edge]:
@@ -129,7 +205,7 @@ def import_edges(modules: dict[str, Path], root: Path = ROOT) -> list[Edge]:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         package = source if path.name == "__init__.py" else source.rpartition(".")[0]
-        for node, deferred in _imported_names(tree):
+        for node, deferred, typing in _imported_names(tree):
             targets: list[str | None] = []
             if isinstance(node, ast.Import):
                 targets = [resolve(alias.name) for alias in node.names]
@@ -145,7 +221,7 @@ def import_edges(modules: dict[str, Path], root: Path = ROOT) -> list[Edge]:
             for target in targets:
                 if target is not None and target != source:
                     where = f"{path.relative_to(root)}:{node.lineno}"
-                    edges.append(Edge(source, target, where, deferred))
+                    edges.append(Edge(source, target, where, deferred, typing))
     return edges
 
 
@@ -212,14 +288,14 @@ def find_cycles(edges: Iterable[Edge]) -> list[list[Edge]]:
 def describe(cycle: list[Edge]) -> str:
     steps = [cycle[0].source]
     for edge in cycle:
-        how = "in a function, " if edge.deferred else ""
+        how = ("type-only, " if edge.typing else "") + ("in a function, " if edge.deferred else "")
         steps.append(f"-> {edge.target} ({how}{edge.where})")
     return " ".join(steps)
 
 
 def _check(deferred: bool) -> None:
     modules = _module_files(ROOT, PACKAGES)
-    edges = [e for e in import_edges(modules) if deferred or not e.deferred]
+    edges = [e for e in import_edges(modules) if deferred or not (e.deferred or e.typing)]
     cycles = find_cycles(edges)
     unknown = [c for c in cycles if frozenset(e.source for e in c) not in KNOWN_CYCLES]
     assert not unknown, "import cycles:\n" + "\n".join(describe(c) for c in unknown)
@@ -236,12 +312,96 @@ def test_no_import_cycle_through_deferred_imports() -> None:
     _check(deferred=True)
 
 
+def floor_of(module: str) -> int:
+    """The index in :data:`FLOORS` of ``module``'s floor (longest prefix wins)."""
+    best, best_len = -1, -1
+    for i, (_, prefixes) in enumerate(FLOORS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+                best, best_len = i, len(prefix)
+    if best < 0:
+        raise LookupError(f"{module} is on no floor: add it to FLOORS")
+    return best
+
+
+def imports_up(edges: Iterable[Edge]) -> list[str]:
+    return [
+        f"{e.source} ({FLOORS[floor_of(e.source)][0]}) -> {e.target} "
+        f"({FLOORS[floor_of(e.target)][0]}) at {e.where}"
+        + (" type-only" if e.typing else "")
+        + (" in a function" if e.deferred else "")
+        for e in edges
+        if floor_of(e.target) > floor_of(e.source)
+    ]
+
+
+def folder_of(module: str) -> str:
+    """The folder a module is in; every command is in one (``commands``), wherever its file
+    lives (``python -m simulator``'s ``__main__``)."""
+    if FLOORS[floor_of(module)][0] == "commands":
+        return "commands"
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 or parts[0] == "specload" else parts[0]
+
+
+def folders_importing_each_other(edges: Iterable[Edge]) -> list[str]:
+    pairs: dict[tuple[str, str], Edge] = {}
+    for e in edges:
+        a, b = folder_of(e.source), folder_of(e.target)
+        if a != b:
+            pairs.setdefault((a, b), e)
+    return sorted(
+        f"{a} <-> {b} ({pairs[a, b].where}; {pairs[b, a].where})"
+        for a, b in pairs
+        if a < b and (b, a) in pairs
+    )
+
+
+def test_every_module_is_on_a_floor_and_imports_nothing_above_it() -> None:
+    modules = _module_files(ROOT, PACKAGES)
+    for name in modules:
+        floor_of(name)  # raises for a module on no floor
+    up = imports_up(import_edges(modules))
+    assert not up, "imports running up:\n" + "\n".join(up)
+
+
+def test_no_two_folders_import_each_other() -> None:
+    mutual = folders_importing_each_other(import_edges(_module_files(ROOT, PACKAGES)))
+    assert not mutual, "folders importing each other:\n" + "\n".join(mutual)
+
+
+def test_the_floor_rule_sees_an_import_up_and_a_folder_pair(tmp_path: Path) -> None:
+    pkg = tmp_path / "specload"
+    (pkg / "load").mkdir(parents=True)
+    (pkg / "records").mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "load" / "__init__.py").write_text("")
+    (pkg / "records" / "__init__.py").write_text("")
+    (pkg / "load" / "user.py").write_text("from specload.records.request import R\n")
+    (pkg / "records" / "request.py").write_text(
+        "from typing import TYPE_CHECKING\nR = 1\nif TYPE_CHECKING:\n"
+        "    from specload.load.user import U\n"
+    )
+    edges = import_edges(_module_files(tmp_path, ["specload"]), tmp_path)
+    assert imports_up(edges) == [
+        "specload.records.request (records) -> specload.load.user (parts) at "
+        "specload/records/request.py:4 type-only"
+    ]
+    assert folders_importing_each_other(edges) == [
+        "specload.load <-> specload.records (specload/load/user.py:1; "
+        "specload/records/request.py:4)"
+    ]
+    assert floor_of("specload.commands.demo") > floor_of("specload.report.html")
+    assert folder_of("simulator.__main__") == "commands"
+    assert floor_of("simulator.engine") < floor_of("simulator.server")
+
+
 def test_the_graph_reads_this_repository() -> None:
     modules = _module_files(ROOT, PACKAGES)
     edges = {(e.source, e.target, e.deferred) for e in import_edges(modules)}
     assert len(edges) > 200
     assert ("specload.sweep.session", "specload.sweep.backend", False) in edges
-    assert ("specload.sweep.cli", "specload.sweep.session", True) in edges
+    assert ("specload.commands.run", "specload.sweep.session", True) in edges
     # `from specload.sweep import locustfile`: the submodule, not the package
     assert ("specload.sweep.backend", "specload.sweep.locustfile", False) in edges
     assert "specload.load._fastpath" in modules  # the C extension: a leaf, not its package
@@ -260,11 +420,13 @@ def test_a_cycle_is_found_and_named(tmp_path: Path) -> None:
     (pkg / "c.py").write_text("import pkg.a\n")
     modules = _module_files(tmp_path, ["pkg"])
     edges = import_edges(modules, tmp_path)
-    assert not find_cycles(e for e in edges if not e.deferred)
-    [cycle] = find_cycles(edges)
+    assert not find_cycles(e for e in edges if not (e.deferred or e.typing))
+    [cycle] = find_cycles(e for e in edges if not e.typing)
     assert describe(cycle) == (
         "pkg.a -> pkg.sub.b (pkg/a.py:4) -> pkg.a (in a function, pkg/sub/b.py:3)"
     )
+    [cycle] = find_cycles(edges)  # the type-only import closes a shorter circle
+    assert describe(cycle) == "pkg.a -> pkg.c (type-only, pkg/a.py:3) -> pkg.a (pkg/c.py:1)"
 
 
 # `specload ARGS` as `python -m specload` runs it, listing sys.modules at exit: -X importtime

@@ -7,9 +7,9 @@ from prometheus_client import CollectorRegistry
 
 from specload.errors import UsageError
 from specload.histogram import Histogram
-from specload.load.aggregate import Aggregator, Stats
 from specload.load.metrics import ClientMetrics, parse_address
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
+from specload.records.stats import Aggregator, Stats
 
 pytestmark = pytest.mark.unit
 

@@ -31,8 +31,8 @@ from specload.load.meter import (
     StreamMeter,
     token_limit,
 )
-from specload.load.records import RequestRecord
 from specload.load.response import ResponseParser
+from specload.records.request import RequestRecord
 from specload.sse import SSEDecoder
 
 pytestmark = pytest.mark.unit

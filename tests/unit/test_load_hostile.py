@@ -36,7 +36,6 @@ from specload.load.failures import (
     pause_s,
 )
 from specload.load.metrics import FIXED_ERROR_KINDS, ClientMetrics
-from specload.load.records import ERROR_KINDS, RequestRecord
 from specload.load.response import (
     MAX_DRAIN_BYTES,
     ResponseParser,
@@ -44,6 +43,7 @@ from specload.load.response import (
     parse_retry_after,
 )
 from specload.prompts import Prompt
+from specload.records.request import ERROR_KINDS, RequestRecord
 from specload.urls import parse_server_url
 from tests.fixtures.canned import CannedServer
 
@@ -348,7 +348,7 @@ USER_SCRIPT = textwrap.dedent(
     import gevent, gevent.pool
     from locust.env import Environment
     from specload.load import get_session, subscribe
-    from specload.load.records import RequestRecord
+    from specload.records.request import RequestRecord
     from specload.load.user import ChatUser
 
     env = Environment(user_classes=[ChatUser], host="http://127.0.0.1:9")

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from specload.load.meter import MalformedChunk, StreamMeter, meter_message
-from specload.load.records import ARRIVAL_SAMPLE_S, RequestRecord
+from specload.records.request import ARRIVAL_SAMPLE_S, RequestRecord
 
 pytestmark = pytest.mark.unit
 

@@ -16,7 +16,7 @@ import orjson
 import pytest
 
 from specload.load.meter import MalformedChunk, PyStreamMeter, StreamMeter, meter_message
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 
 pytestmark = pytest.mark.unit
 

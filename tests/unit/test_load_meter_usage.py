@@ -29,8 +29,8 @@ from specload.load.meter import (
     StreamMeter,
     token_limit,
 )
-from specload.load.records import ERROR_KINDS, RequestRecord
 from specload.prompts import Prompt
+from specload.records.request import ERROR_KINDS, RequestRecord
 from specload.urls import parse_server_url
 from tests.fixtures.canned import CannedServer
 

@@ -11,8 +11,6 @@ from typing import Any
 import pytest
 
 from specload.histogram import Histogram
-from specload.load.aggregate import Aggregator
-from specload.load.records import RequestRecord
 from specload.load.report import (
     CSV_COLUMNS,
     csv_text,
@@ -21,6 +19,8 @@ from specload.load.report import (
     truncation_report,
     write_csv,
 )
+from specload.records.request import RequestRecord
+from specload.records.stats import Aggregator
 from specload.results.aggregate import truncation_warnings
 
 pytestmark = pytest.mark.unit

@@ -24,8 +24,8 @@ from specload.load.meter import (
     meter_message,
 )
 from specload.load.metrics import FIXED_ERROR_KINDS
-from specload.load.records import ERROR_KINDS, RequestRecord
 from specload.prompts import Prompt
+from specload.records.request import ERROR_KINDS, RequestRecord
 from specload.urls import parse_server_url
 from tests.fixtures.canned import CannedServer
 

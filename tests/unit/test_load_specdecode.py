@@ -12,8 +12,8 @@ from specload.errors import UsageError
 from specload.load import meter as meter_mod
 from specload.load.chat import cache_busted
 from specload.load.options import cache_bust_nonce, check_cache_bust
-from specload.load.records import RequestRecord
-from specload.load.specdecode import (
+from specload.records.request import RequestRecord
+from specload.records.specdecode import (
     InvalidSpecMetrics,
     accepted_per_position,
     estimate_from_chunks,

@@ -11,7 +11,7 @@ import pytest
 from specload.load import meter as meter_mod
 from specload.load.chat import ChatSettings
 from specload.load.meter import MalformedChunk, TokenIdMeter
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 from tests.unit.test_load_meter_usage import PROMPT, requester, sse_response
 
 pytestmark = pytest.mark.unit

@@ -12,8 +12,6 @@ from typing import Any
 import pytest
 
 from specload.histogram import Histogram
-from specload.load.aggregate import Aggregator
-from specload.load.records import RequestRecord
 from specload.load.webui import (
     COLUMNS,
     HEADERS,
@@ -26,6 +24,8 @@ from specload.load.webui import (
     web_rows,
     with_tab_rows,
 )
+from specload.records.request import RequestRecord
+from specload.records.stats import Aggregator
 
 pytestmark = pytest.mark.unit
 

@@ -7,8 +7,8 @@ import argparse
 import orjson
 import pytest
 
+from specload.commands import predict as cli
 from specload.errors import UsageError
-from specload.predict import cli
 from specload.predict.synthetic import LinearCost, make_records, write_synthetic_baseline
 
 LEVELS = [1, 2, 4]

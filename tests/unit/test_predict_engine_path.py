@@ -14,9 +14,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from simulator.ngram import RULES
 from specload.errors import UsageError
 from specload.predict import engine_path as ep
-from specload.predict.ngram import RULES
 from specload.vllm_log import MAX_EVIDENCE_CHARS, from_server_log
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "vllm-0.32.0"
@@ -205,7 +205,7 @@ def test_resolve():
 def _predict(*argv: str) -> int:
     import argparse  # noqa: PLC0415
 
-    from specload.predict import cli  # noqa: PLC0415
+    from specload.commands import predict as cli  # noqa: PLC0415
 
     p = argparse.ArgumentParser(prog="specload predict")
     cli.add_arguments(p)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from simulator.ngram import RequestReplay, StepSequence
 from specload.predict.forecast import (
     ClosedLoopReplay,
     Options,
@@ -21,7 +22,6 @@ from specload.predict.forecast import (
     median,
     verdict,
 )
-from specload.predict.ngram import RequestReplay, StepSequence
 from specload.predict.synthetic import LinearCost, make_records, write_synthetic_baseline
 
 LEVELS = [1, 2, 4, 8]

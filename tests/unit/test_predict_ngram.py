@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specload.predict.ngram import NgramIndex, RequestReplay, Totals, propose, replay
+from simulator.ngram import NgramIndex, RequestReplay, Totals, propose, replay
 
 
 def brute_propose(ctx, *, k, lo, hi, max_model_len=None):

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from specload.predict.ngram import RULES, RequestReplay, RightmostIndex, Totals, propose, replay
+from simulator.ngram import RULES, RequestReplay, RightmostIndex, Totals, propose, replay
 
 
 def rows(seq):

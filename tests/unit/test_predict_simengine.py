@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from simulator.ngram import RequestReplay, StepSequence
 from specload.predict.forecast import (
     ClosedLoopReplay,
     CurveStepCost,
@@ -18,7 +19,6 @@ from specload.predict.forecast import (
     forecast,
     load_baseline,
 )
-from specload.predict.ngram import RequestReplay, StepSequence
 from specload.predict.synthetic import LinearCost, make_records, write_synthetic_baseline
 
 pytestmark = pytest.mark.unit

@@ -13,6 +13,7 @@ import numpy as np
 import orjson
 import pytest
 
+from simulator.ngram import StepSequence
 from specload.predict.engine_path import CPU_032, EnginePath
 from specload.predict.forecast import (
     Baseline,
@@ -25,7 +26,6 @@ from specload.predict.forecast import (
     forecast,
     load_baseline,
 )
-from specload.predict.ngram import StepSequence
 from specload.predict.report import forecast_json, forecast_markdown
 from specload.predict.stepcost import StepCostFit
 from specload.predict.synthetic import LinearCost, make_records, write_synthetic_baseline

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specload.errors import UsageError
-from specload.predict.tokens import TokenRecord, read_tokens, token_line, write_tokens
+from specload.records.tokens import TokenRecord, read_tokens, token_line, write_tokens
 
 REC = TokenRecord("c4", "coding", (1, 2, 3), (4, 5, 6, 7), 2, 256, "length")
 

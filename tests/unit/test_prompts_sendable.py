@@ -21,9 +21,9 @@ from specload.errors import UsageError
 from specload.load.chat import ChatRequester, ChatSettings
 from specload.load.metrics import FIXED_ERROR_KINDS
 from specload.load.options import validate
-from specload.load.records import ERROR_KINDS
 from specload.prompts import MAX_TOKENS_LIMIT, Prompt, load_prompt_set
 from specload.prompts.trace import load_trace
+from specload.records.request import ERROR_KINDS
 from specload.urls import parse_server_url
 from tests.fixtures.canned import CannedServer
 

@@ -11,7 +11,7 @@ import pytest
 
 from specload.errors import UsageError
 from specload.histogram import Histogram
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 from specload.results import ResultsWriter, read_requests, read_summary, summary_schema
 from specload.results.aggregate import (
     LevelAggregate,

@@ -15,7 +15,7 @@ import pytest
 from specload.cli import main
 from specload.compare.model import compare_runs, load_run
 from specload.errors import UsageError
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 from specload.results import read_requests, summary_schema
 from specload.results.aggregate import summarize_level
 from specload.results.repair import BACKUP_FILE, repair

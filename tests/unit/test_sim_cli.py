@@ -6,10 +6,10 @@ import argparse
 
 import pytest
 
-from simulator.cli import add_arguments, build_config
 from simulator.costmodel import CostModel
 from simulator.variants import PRESETS
 from specload.cli import main
+from specload.commands.sim import add_arguments, build_config
 
 pytestmark = pytest.mark.unit
 

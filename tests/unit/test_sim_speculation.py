@@ -11,10 +11,10 @@ import pytest
 from simulator.costmodel import CostModel, StepCost
 from simulator.engine import EngineCore, SchedulerLimits, Sequence
 from simulator.metrics import EngineMetrics
+from simulator.ngram import RequestReplay
 from simulator.speculation import NgramSpeculator, ProbabilisticSpeculator, speculator_for
 from simulator.variants import PRESETS
 from specload.errors import UsageError
-from specload.predict.ngram import RequestReplay
 
 pytestmark = pytest.mark.unit
 

@@ -14,9 +14,9 @@ import pytest
 
 from simulator import text
 from simulator.calibration import PROMPT_TOKENS
+from simulator.ngram import RequestReplay, Totals
 from simulator.variants import NGRAM
 from simulator.workload import CATEGORIES, draw_workload, prompt_tokens_of
-from specload.predict.ngram import RequestReplay, Totals
 
 pytestmark = pytest.mark.unit
 

@@ -6,8 +6,8 @@ import pytest
 
 from specload.errors import UsageError
 from specload.histogram import Histogram
-from specload.load.aggregate import Stats
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
+from specload.records.stats import Stats
 from specload.slo import judge, parse_slo
 
 

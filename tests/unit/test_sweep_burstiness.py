@@ -8,7 +8,7 @@ import statistics
 
 import pytest
 
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 from specload.results.aggregate import summarize_level
 from specload.sweep.locustfile import gaps
 

@@ -8,7 +8,7 @@ import jsonschema
 import orjson
 import pytest
 
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 from specload.results import summary_schema
 from specload.sweep.driver import OutagePolicy, SweepDriver
 from specload.sweep.plan import SweepPlan, build_plan

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 from specload.sweep.driver import SweepDriver
 from specload.sweep.plan import build_plan
 from specload.sweep.progress import Progress, describe, final_count, snapshot

@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 from specload.sweep.reconcile import Reconciler, reconcile_flags, reconcile_warnings, verdicts
 from specload.sweep.server_metrics import reset_prefix_cache, snapshot
 

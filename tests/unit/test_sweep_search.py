@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specload.errors import UsageError
-from specload.load.records import RequestRecord
+from specload.records.request import RequestRecord
 from specload.sweep.plan import build_plan
 from specload.sweep.search import EarlyVerdict, SloSearch, parse_range
 

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from specload.load.meter import StreamMeter
-from specload.load.records import RequestRecord
 from specload.promtext import parse
+from specload.records.request import RequestRecord
 from specload.sse import SSEDecoder
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]

@@ -4,7 +4,7 @@
 context of the given requests from vLLM 0.32's own code: the V1 runner's numba
 ``NgramProposer`` (rule ``v1``), Model Runner V2's Triton kernel through Triton's
 interpreter (rule ``v2``) and the V1 runner's ``ngram_gpu`` search (rule ``ngram_gpu``).
-Each is checked context by context against :func:`specload.predict.ngram.propose`, then
+Each is checked context by context against :func:`simulator.ngram.propose`, then
 step by step: a request walked with vLLM's drafts (accepted = the longest prefix equal to
 the output, the scheduler's ``max_model_len`` cap) must equal the replay's steps.
 
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from specload.predict.ngram import RequestReplay, propose
+from simulator.ngram import RequestReplay, propose
 from specload.predict.synthetic import make_records
-from specload.predict.tokens import read_tokens
+from specload.records.tokens import read_tokens
 from tests.fixtures.vllm import VllmEnv
 
 pytestmark = pytest.mark.vllm

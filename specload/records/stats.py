@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specload.histogram import Histogram, exact_quantile
-from specload.load.records import RequestRecord
-from specload.load.specdecode import SpecTally
+from specload.records.request import RequestRecord
+from specload.records.specdecode import SpecTally
 
 # Per-request values kept exactly; the two ITL views are histograms.
 VALUE_NAMES = ("ttft", "ttfct", "tpot", "e2el")

@@ -254,7 +254,7 @@ def _specload(*argv: str) -> list[str]:
 
 def _stack(*argv: str) -> int:
     """``specload stack ARGV…`` in this process (its output goes to ours)."""
-    from specload.stack import cli as stack_cli  # noqa: PLC0415
+    from specload.commands import stack as stack_cli  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(prog="specload stack")
     stack_cli.add_arguments(parser)
@@ -562,7 +562,7 @@ def baseline_sweep(ctx: DemoContext) -> None:
         f"concurrency {args.concurrency}, warm-up {args.warmup}, window {args.duration} per level; "
         "token ids recorded (tokens.jsonl, for the prediction)"
     )
-    from specload.baseline import baseline_from_summary  # noqa: PLC0415
+    from specload.compare.baseline import baseline_from_summary  # noqa: PLC0415
     from specload.results import read_summary  # noqa: PLC0415
 
     out = _sweep(ctx, "baseline", "--record-token-ids")
@@ -1212,7 +1212,7 @@ def _client_acceptance(summary: Mapping[str, Any]) -> float | None:
 def _write_report(ctx: DemoContext, cmp_dir: Path) -> Path:
     """``specload compare`` (the report: comparison.md, and comparison.html where it writes
     one; plots), its output kept in ``compare.log``; comparison.html when there is one."""
-    from specload.compare import cli as compare_cli  # noqa: PLC0415
+    from specload.commands import compare as compare_cli  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(prog="specload compare")
     compare_cli.add_arguments(parser)
@@ -1671,7 +1671,7 @@ OUTPUTS = (
 
 def _clear_previous(out: Path) -> None:
     """Remove a previous demo's outputs from ``out`` (results files are appended to)."""
-    from specload.stack.cli import part_health  # noqa: PLC0415
+    from specload.commands.stack import part_health  # noqa: PLC0415
     from specload.stack.state import load  # noqa: PLC0415
 
     state_dir = out / "stack"

@@ -102,7 +102,7 @@ class RequestRecord:
     # the prompt's, the output's, and how many output ids came before the first chunk of
     # the answer, content or tool calls (None: no answer). Not part of :meth:`to_dict`
     # unless asked (tokens.jsonl).
-    # Speculative decoding (specload.load.specdecode): the server's per-request counts,
+    # Speculative decoding (specload.records.specdecode): the server's per-request counts,
     # split by channel where known; None when the server sent none.
     spec_decode: dict[str, Any] | None = None
     # Service-level objectives (``--slo``, specload.slo): whether the request met every one,

@@ -18,8 +18,6 @@ measures reasoning cut at max_tokens, not the workload's answers.
 
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +27,6 @@ import orjson
 
 from specload.compare import TRUNCATED_SHARE
 from specload.errors import UsageError
-from specload.results.writer import atomic_write_bytes, dump_json, read_summary
 
 FORMAT = "specload-baseline/1"
 
@@ -136,43 +133,3 @@ def load_baseline(path: str | Path) -> dict[str, Any]:
             if not isinstance(entry, dict) or key not in entry:
                 raise UsageError(f"{path}: entries[{i}] lacks {key!r}")
     return data
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    sub = parser.add_subparsers(dest="baseline_command", metavar="ACTION")
-    sub.required = True
-    export = sub.add_parser(
-        "export",
-        help="write the baseline of a results directory",
-        description="write the baseline (median and p90 TPOT per level and "
-        "category) of a results directory",
-    )
-    export.add_argument("dir", metavar="DIR", help="results directory of the baseline run")
-    export.add_argument(
-        "--out",
-        metavar="FILE",
-        default=None,
-        help="output file (default: DIR/baseline.json; '-' for stdout)",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    summary = read_summary(args.dir)
-    baseline = baseline_from_summary(summary, str(args.dir))
-    for warning in export_warnings(summary, str(args.dir)):
-        print(f"specload baseline export: warning: {warning}", file=sys.stderr)
-    payload = dump_json(baseline)
-    if args.out == "-":
-        print(payload.decode(), end="")
-        return 0
-    out = Path(args.out) if args.out else Path(args.dir) / "baseline.json"
-    if not out.parent.is_dir():
-        raise UsageError(f"--out {str(out)!r}: directory {str(out.parent)!r} does not exist")
-    try:
-        atomic_write_bytes(out, payload)
-    except OSError as exc:
-        raise UsageError(f"--out {str(out)!r}: cannot write ({exc.strerror})") from None
-    print(
-        f"baseline of {baseline['variant']} ({len(baseline['entries'])} entries) written to {out}"
-    )
-    return 0

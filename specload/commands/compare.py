@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     atomic_write_text(out / "comparison.md", text)
     sys.stdout.write(text)
     print(f"\ncomparison written to {out / 'comparison.md'}")
-    from specload.report.cli import COMPARISON_HTML, comparison_html  # noqa: PLC0415
+    from specload.commands.report import COMPARISON_HTML, comparison_html  # noqa: PLC0415
 
     page = comparison_html(
         runs, comp, confidence=args.confidence, n_boot=args.bootstrap, min_n=min_n
