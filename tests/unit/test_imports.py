@@ -476,3 +476,29 @@ def test_each_subcommand_help_imports_its_module(sub: Subcommand) -> None:
     assert out.stdout.startswith(f"usage: specload {sub.name}")
     assert sub.help in " ".join(out.stdout.split())  # the description, from the table
     assert sub.module in imported
+
+
+def test_a_reader_of_records_and_results_imports_no_load_generator() -> None:
+    # Reading a run back (records, statistics, token ids, the results model) needs neither
+    # gevent nor Locust nor the HTTP client: those stay with the load generator.
+    readers = [
+        "specload.records.request",
+        "specload.records.stats",
+        "specload.records.tokens",
+        "specload.results.aggregate",
+        "specload.results.writer",
+    ]
+    code = (
+        "import importlib, sys\n"
+        f"for name in {readers!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=120
+    )
+    imported = set(out.stdout.split())
+    assert set(readers) <= imported
+    heavy = sorted(m for m in imported if m.split(".")[0] in ("gevent", "locust", "httpx"))
+    assert not heavy, heavy
+    assert not any(m == "specload.load" or m.startswith("specload.load.") for m in imported)
