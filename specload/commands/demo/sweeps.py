@@ -1,0 +1,447 @@
+"""The sweeps: ``specload run`` of the stack's server (stage 2, the baseline; stage 3, the
+fifth prompt; stage 7, the ngram sweep and the comparison)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from specload.commands.demo.constants import (
+    FIFTH_CONCURRENCY,
+    FIFTH_PROMPT,
+    FIFTH_REQUESTS,
+    REFERENCE_TPOT_MS,
+    REFERENCE_TYPES,
+    RELOAD_AS,
+    SERVER,
+    VARIANTS,
+)
+from specload.commands.demo.context import DemoContext, _specload, _time, _wait_for
+from specload.commands.demo.prediction import _start_predict, predicted_against_measured
+from specload.errors import UsageError
+from specload.results.aggregate import finite_number
+from specload.results.writer import atomic_write_bytes, dump_json
+
+# --- runs -------------------------------------------------------------------------------------
+
+
+def _run_cmd(
+    ctx: DemoContext,
+    variant: str,
+    out: Path,
+    *,
+    prompts: str,
+    concurrency: str | None = None,
+    warmup: str | None = None,
+    duration: str | None = None,
+    requests: int | None = None,
+    extra: tuple[str, ...] = (),
+    progress: str | None = None,
+) -> list[str]:
+    """``specload run`` of the stack's server as ``variant``, its client metrics served where
+    the stack's Prometheus scrapes them (the target list is labelled with ``variant``)."""
+    from specload.stack.configs import write_loadgen_targets  # noqa: PLC0415
+
+    args = ctx.args
+    assert ctx.loadgen_address is not None
+    write_loadgen_targets(ctx.state_dir, ctx.loadgen_address, {"variant": variant})
+    window = ["--requests", str(requests)] if requests is not None else ["--duration", duration]
+    assert requests is not None or duration is not None
+    return _specload(
+        "run",
+        "--host",
+        ctx.server_url,
+        "--variant",
+        variant,
+        "--prompts",
+        prompts,
+        "--concurrency",
+        concurrency or args.concurrency,
+        "--warmup",
+        warmup if warmup is not None else args.warmup,
+        *window,
+        "--max-tokens",
+        str(args.max_tokens),
+        "--prompt-seed",
+        str(args.seed),
+        "--ready-timeout",
+        "2m",
+        "--out",
+        str(out),
+        "--metrics-address",
+        ctx.loadgen_address,
+        "--progress",
+        progress or ("auto" if sys.stdout.isatty() else "plain"),
+        *extra,
+    )
+
+
+def _wait_run(proc: subprocess.Popen[Any], what: str, out: Path, ok: tuple[int, ...] = (0,)) -> int:
+    """Wait for a run; Ctrl-C reaches it too (same terminal), SIGTERM to us is passed on."""
+    try:
+        code = proc.wait()
+    except BaseException:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise
+    if code not in ok:
+        raise UsageError(f"demo: {what} failed (exit {code}); see {out}", exit_code=1)
+    return code
+
+
+def _sweep(ctx: DemoContext, variant: str, *extra: str) -> Path:
+    out = ctx.out / variant
+    cmd = _run_cmd(
+        ctx,
+        variant,
+        out,
+        prompts="builtin:" + ",".join(REFERENCE_TYPES),
+        duration=ctx.args.duration,
+        extra=extra,
+    )
+    _wait_run(subprocess.Popen(cmd), f"the sweep of {variant}", out)
+    ctx.results[variant] = out
+    return out
+
+
+def _learn_time_scale(ctx: DemoContext, summary: Mapping[str, Any]) -> None:
+    scale = finite_number(summary.get("server_time_scale"))
+    if scale is not None and scale > 0:
+        ctx.time_scale = scale
+
+
+# --- 2. baseline sweep --------------------------------------------------------------------------
+
+
+def _category_rows(ctx: DemoContext, level: Mapping[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for name in REFERENCE_TYPES:
+        stats = (level.get("categories") or {}).get(name)
+        if not isinstance(stats, dict):
+            continue
+        tpot = finite_number(stats.get("median_tpot_ms"))
+        ttfct = finite_number(stats.get("median_ttfct_ms"))
+        rows.append(
+            {
+                "category": name,
+                "completed": int(stats.get("completed") or 0),
+                "reasoning_truncated": int(stats.get("reasoning_truncated") or 0),
+                "median_tpot_ms": tpot,
+                "ref_median_tpot_ms": ctx.ref_ms(tpot),
+                "reference_deployment_tpot_ms": REFERENCE_TPOT_MS[name],
+                "median_ttfct_ms": ttfct,
+                "ref_median_ttfct_ms": ctx.ref_ms(ttfct),
+            }
+        )
+    return rows
+
+
+def _level_rows(ctx: DemoContext, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for level in summary.get("levels", []):
+        tpot = finite_number(level.get("median_tpot_ms"))
+        thr = finite_number(level.get("output_throughput"))
+        rows.append(
+            {
+                "concurrency": level.get("concurrency"),
+                "completed": int(level.get("completed") or 0),
+                "reasoning_truncated": int(level.get("reasoning_truncated") or 0),
+                "median_tpot_ms": tpot,
+                "ref_median_tpot_ms": ctx.ref_ms(tpot),
+                "output_throughput": thr,
+                "ref_output_throughput": None if thr is None else thr / ctx.scale,
+                "warnings": list(level.get("warnings") or []),
+            }
+        )
+    return rows
+
+
+def _say_answers(ctx: DemoContext, levels: list[dict[str, Any]]) -> dict[str, int]:
+    completed = sum(r["completed"] for r in levels)
+    truncated = sum(r["reasoning_truncated"] for r in levels)
+    ctx.say(
+        f"   {completed - truncated} of {completed} completed requests reached their answer"
+        + (
+            f" ({truncated} ended inside reasoning at max_tokens {ctx.args.max_tokens}; the "
+            "sweep warns after a level where more than 20% do)"
+            if truncated
+            else f" (none ended inside reasoning at max_tokens {ctx.args.max_tokens})"
+        )
+    )
+    return {"completed": completed, "reasoning_truncated": truncated}
+
+
+def _client_metrics_seen(ctx: DemoContext, variant: str) -> float | None:
+    """The run's finished requests as the stack's Prometheus scraped them from the client."""
+    expr = f'sum(max_over_time(specload_client_requests_total{{variant="{variant}"}}[10m]))'
+    value = _wait_for(lambda: ctx.prom.value(expr), timeout_s=5)
+    return finite_number(value)
+
+
+def baseline_sweep(ctx: DemoContext) -> None:
+    args = ctx.args
+    ctx.say(
+        f"== 2. baseline sweep of {ctx.server_url}: the reference's four prompt types "
+        f"({', '.join(REFERENCE_TYPES)}) at max_tokens {args.max_tokens} as it measured them, "
+        f"concurrency {args.concurrency}, warm-up {args.warmup}, window {args.duration} per level; "
+        "token ids recorded (tokens.jsonl, for the prediction)"
+    )
+    from specload.compare.baseline import baseline_from_summary  # noqa: PLC0415
+    from specload.results import read_summary  # noqa: PLC0415
+
+    out = _sweep(ctx, "baseline", "--record-token-ids")
+    summary = read_summary(out)
+    _learn_time_scale(ctx, summary)
+    levels = _level_rows(ctx, summary)
+    for row in levels:
+        thr, ref_thr = row["output_throughput"], row["ref_output_throughput"]
+        ctx.say(
+            f"   c{row['concurrency']}: median TPOT {ctx.both(row['median_tpot_ms'])}, "
+            + ("" if thr is None else f"{thr:.0f} output tok/s [{ref_thr:.1f} tok/s], ")
+            + f"{row['completed']} requests"
+        )
+    answers = _say_answers(ctx, levels)
+    first: Mapping[str, Any] = next(iter(summary.get("levels", [])), {})
+    categories = _category_rows(ctx, first)
+    ctx.say(
+        f"   per prompt type at concurrency {first.get('concurrency')}, median TPOT [reference "
+        "scale] against the reference deployment's, and time to the first answer token:"
+    )
+    for row in categories:
+        ctx.say(
+            f"     {row['category']:<12} {ctx.both(row['median_tpot_ms'])}, reference "
+            f"{row['reference_deployment_tpot_ms']:.1f} ms; "
+            f"{row['completed'] - row['reasoning_truncated']} of {row['completed']} answered, "
+            f"TTFCT {ctx.both(row['median_ttfct_ms'])}"
+        )
+    ranked = [r for r in categories if r["median_tpot_ms"] is not None]
+    slowest = max(ranked, key=lambda r: r["median_tpot_ms"])["category"] if ranked else None
+    if slowest is not None:
+        ctx.say(
+            f"   {slowest} is the slowest"
+            + (
+                ", as on the reference: its long reasoning chain makes every step attend to a "
+                "longer context"
+                if slowest == "coding"
+                else f" (on the reference: coding, {REFERENCE_TPOT_MS['coding']} ms)"
+            )
+        )
+    baseline = baseline_from_summary(summary, str(out))
+    assert ctx.baseline_file is not None
+    atomic_write_bytes(ctx.baseline_file, dump_json(baseline))
+    ctx.say(
+        f"   specload baseline export {out} -> {ctx.baseline_file} "
+        f"({len(baseline['entries'])} entries), served by the exporter"
+    )
+    expr = f'specload_baseline_tpot_seconds{{variant="{SERVER}",quantile="0.5",category="all"}}'
+    seen = _wait_for(lambda: ctx.prom.samples(expr), timeout_s=30)
+    in_prom = sorted(seen, key=lambda s: float(s[0].get("concurrency") or 0))
+    ctx.say(
+        "   Prometheus has it: baseline median TPOT "
+        + ", ".join(
+            f"{ctx.both(v * 1000)} at concurrency {m.get('concurrency')}" for m, v in in_prom
+        )
+    )
+    client = _client_metrics_seen(ctx, "baseline")
+    ctx.say(
+        "   and the load generator's own metrics (Load test board, reasoning-truncated alert): "
+        + (f"{client:.0f} requests of baseline" if client is not None else "none seen")
+    )
+    ctx.record(
+        "baseline",
+        {
+            "file": str(ctx.baseline_file),
+            "entries": len(baseline["entries"]),
+            "in_prometheus": len(in_prom),
+            "time_scale": ctx.scale,
+            "levels": levels,
+            "answers": answers,
+            "categories": categories,
+            "slowest_category": slowest,
+            "client_requests_in_prometheus": client,
+        },
+    )
+
+
+# --- 3. the fifth prompt ------------------------------------------------------------------------
+
+
+def fifth_prompt(ctx: DemoContext) -> None:
+    """The reference's fifth prompt at the same budget (while the prediction runs)."""
+    ctx.predict_job = _start_predict(ctx)
+    out = ctx.out / "fifth-prompt"
+    ctx.say(
+        f"== 3. the reference's fifth prompt type, {FIFTH_PROMPT}: {FIFTH_REQUESTS} requests, "
+        f"{FIFTH_CONCURRENCY} at a time, max_tokens {ctx.args.max_tokens} (specload predict "
+        "runs meanwhile)"
+    )
+    cmd = _run_cmd(
+        ctx,
+        "baseline",
+        out,
+        prompts=f"builtin:{FIFTH_PROMPT}",
+        concurrency=str(FIFTH_CONCURRENCY),
+        warmup="0s",
+        requests=FIFTH_REQUESTS,
+        extra=("--no-plots",),
+    )
+    _wait_run(subprocess.Popen(cmd), f"the {FIFTH_PROMPT} run", out)
+    ctx.results["fifth-prompt"] = out
+    from specload.results import read_summary  # noqa: PLC0415
+
+    levels = read_summary(out).get("levels", [])
+    completed = sum(int(lv.get("completed") or 0) for lv in levels)
+    truncated = sum(int(lv.get("reasoning_truncated") or 0) for lv in levels)
+    warnings = [w for lv in levels for w in lv.get("warnings") or []]
+    guard = [w for w in warnings if "ended inside reasoning" in w]
+    ctx.say(
+        f"   {truncated} of {completed} spent all {ctx.args.max_tokens} tokens reasoning and "
+        "produced no answer, as the reference's fifth prompt did: "
+        + (
+            "the sweep's truncation guard said so above (no TTFCT or content tokens measured "
+            "for them; a budget that fits)"
+            if guard
+            else "below the sweep's 20% warning threshold this time"
+        )
+    )
+    ctx.record(
+        "fifth_prompt",
+        {
+            "category": FIFTH_PROMPT,
+            "dir": str(out),
+            "completed": completed,
+            "reasoning_truncated": truncated,
+            "guard_warnings": guard,
+        },
+    )
+
+
+# --- 7. ngram sweep and comparison --------------------------------------------------------------
+
+
+def _client_acceptance(summary: Mapping[str, Any]) -> float | None:
+    accepted = drafted = 0.0
+    for level in summary.get("levels", []):
+        server = level.get("server") or {}
+        a, d = (
+            server.get("spec_decode_num_accepted_tokens"),
+            server.get("spec_decode_num_draft_tokens"),
+        )
+        if a is not None and d:
+            accepted, drafted = accepted + float(a), drafted + float(d)
+    return accepted / drafted if drafted else None
+
+
+def _write_report(ctx: DemoContext, cmp_dir: Path) -> Path:
+    """``specload compare`` (the report: comparison.md, and comparison.html where it writes
+    one; plots), its output kept in ``compare.log``; comparison.html when there is one."""
+    from specload.commands import compare as compare_cli  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="specload compare")
+    compare_cli.add_arguments(parser)
+    args = parser.parse_args(
+        [str(ctx.results[v]) for v in VARIANTS] + ["--out", str(cmp_dir), "--json"]
+    )
+    buffer = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+            compare_cli.run(args)
+    except (UsageError, OSError) as exc:
+        buffer.write(f"specload compare failed: {exc}\n")
+    (cmp_dir / "compare.log").write_text(buffer.getvalue(), encoding="utf-8")
+    html = cmp_dir / "comparison.html"
+    return html if html.exists() else cmp_dir / "comparison.md"
+
+
+def ngram_sweep_and_compare(ctx: DemoContext) -> None:
+    ctx.say(
+        f"== 7. {RELOAD_AS} sweep of the same server, then the comparison "
+        "(95% bootstrap confidence intervals)"
+    )
+    out = _sweep(ctx, RELOAD_AS)
+    from specload.compare.model import compare_runs, load_run  # noqa: PLC0415 (numpy)
+    from specload.compare.report import comparison_markdown, headline  # noqa: PLC0415
+    from specload.results import read_summary  # noqa: PLC0415
+    from specload.results.writer import atomic_write_text  # noqa: PLC0415
+
+    summary = read_summary(out)
+    levels = _level_rows(ctx, summary)
+    _say_answers(ctx, levels)
+    runs = [load_run(ctx.results[v]) for v in VARIANTS]
+    comp = compare_runs(runs)
+    cmp_dir = ctx.out / "comparison"
+    cmp_dir.mkdir(exist_ok=True)
+    report = _write_report(ctx, cmp_dir)
+    if not (cmp_dir / "comparison.md").exists():
+        atomic_write_text(cmp_dir / "comparison.md", comparison_markdown(comp))
+        report = cmp_dir / "comparison.md"
+    ctx.comparison = cmp_dir
+    lines = headline(comp)
+    for line in lines:
+        ctx.say("   " + line)
+    rows_tpot: list[dict[str, Any]] = []
+    for level in comp.levels:
+        cell = level.cells.get(("all", "tpot"))
+        if cell is None:
+            continue
+        diff = cell.diffs[1]
+        load = finite_number(level.load)
+        rows_tpot.append(
+            {
+                "concurrency": int(load) if load is not None and load.is_integer() else load,
+                "baseline_median_tpot_ms": cell.values[0],
+                "ngram_median_tpot_ms": cell.values[1],
+                "ref_baseline_median_tpot_ms": ctx.ref_ms(cell.values[0]),
+                "ref_ngram_median_tpot_ms": ctx.ref_ms(cell.values[1]),
+                "rel": None if diff is None else diff.rel,
+                "ci_low": None if diff is None else diff.ci_low,
+                "ci_high": None if diff is None else diff.ci_high,
+                "verdict": cell.verdicts[1],
+            }
+        )
+    ctx.say(
+        "   on the reference scale: "
+        + "; ".join(
+            f"c{v['concurrency']} {_time(finite_number(v['ref_baseline_median_tpot_ms']))} -> "
+            f"{_time(finite_number(v['ref_ngram_median_tpot_ms']))}"
+            for v in rows_tpot
+        )
+    )
+    for warning in comp.warnings:
+        ctx.say(f"   specload compare: warning: {' '.join(warning.split())}")
+    client = _client_acceptance(summary)
+    prom = ctx.prom.value(
+        f'specload_spec_decode_acceptance_ratio{{variant="{SERVER}",window="lifetime"}}'
+    )
+    ctx.say(
+        f"   {RELOAD_AS} acceptance rate: {'-' if client is None else f'{client:.3f}'} from the "
+        f"sweep's /metrics scrapes (measured windows), {'-' if prom is None else f'{prom:.3f}'} "
+        "in Prometheus (specload_spec_decode_acceptance_ratio, since the reload)"
+    )
+    ctx.record(
+        "comparison",
+        {
+            "dir": str(cmp_dir),
+            "report": str(report),
+            "headline": lines,
+            "warnings": comp.warnings,
+            "levels": rows_tpot,
+            "ngram_levels": levels,
+            "acceptance_client": client,
+            "acceptance_prometheus": prom,
+            "client_requests_in_prometheus": _client_metrics_seen(ctx, RELOAD_AS),
+        },
+    )
+    predicted_against_measured(ctx, out)
