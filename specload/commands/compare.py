@@ -20,12 +20,7 @@ from specload.compare.options import (
     verdict_kwargs,
 )
 from specload.errors import UsageError
-from specload.results.writer import (
-    atomic_write_bytes,
-    atomic_write_text,
-    dump_json,
-    prepare_out_dir,
-)
+from specload.results.writer import prepare_out_dir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -69,10 +64,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # numpy and matplotlib load only when the command runs, not for `specload --help`.
+    # numpy and matplotlib load only when the command runs, not for `specload compare --help`.
     from specload.compare.model import compare_runs, load_run  # noqa: PLC0415
     from specload.compare.profiles import parse_profile_options, read_profile  # noqa: PLC0415
-    from specload.compare.report import comparison_json, comparison_markdown  # noqa: PLC0415
+    from specload.report.pages import write_comparison  # noqa: PLC0415
 
     if len(args.dirs) < 2:
         raise UsageError("compare: give at least two results directories")
@@ -86,30 +81,26 @@ def run(args: argparse.Namespace) -> int:
     comp = compare_runs(runs, **verdict_kwargs(args, min_n), strict=args.strict)
     for warning in comp.warnings:
         print(f"specload compare: warning: {' '.join(warning.split())}", file=sys.stderr)
-    text = comparison_markdown(comp)
     out = prepare_out_dir(
         Path(args.out) if args.out else Path(args.dirs[0]).resolve().parent / "comparison"
     )
-    atomic_write_text(out / "comparison.md", text)
-    sys.stdout.write(text)
-    print(f"\ncomparison written to {out / 'comparison.md'}")
-    from specload.commands.report import COMPARISON_HTML, comparison_html  # noqa: PLC0415
-
-    page = comparison_html(
-        runs, comp, confidence=args.confidence, n_boot=args.bootstrap, min_n=min_n
+    files = write_comparison(
+        out,
+        runs,
+        comp,
+        confidence=args.confidence,
+        n_boot=args.bootstrap,
+        min_n=min_n,
+        json=args.json,
+        plots=not args.no_plots,
     )
-    atomic_write_text(out / COMPARISON_HTML, page)
-    print(f"comparison (HTML) written to {out / COMPARISON_HTML}")
-    if args.json:
-        atomic_write_bytes(out / "comparison.json", dump_json(comparison_json(comp)))
-        print(f"comparison (JSON) written to {out / 'comparison.json'}")
+    sys.stdout.write(files.text)
+    print(f"\ncomparison written to {files.markdown}")
+    print(f"comparison (HTML) written to {files.html}")
+    if files.json is not None:
+        print(f"comparison (JSON) written to {files.json}")
     if not args.no_plots:
-        from specload.compare.plots import write_comparison_plots  # noqa: PLC0415
-
-        paths = write_comparison_plots(
-            runs, out, confidence=args.confidence, n_boot=args.bootstrap, min_n=min_n
-        )
-        print("plots: " + ", ".join(str(p) for p in paths))
+        print("plots: " + ", ".join(str(p) for p in files.plots))
     if args.fail_on_regression is not None:
         regressions = comp.regressions(args.fail_on_regression)
         if regressions:

@@ -16,7 +16,6 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from specload.compare.options import (
     add_verdict_options,
@@ -26,12 +25,7 @@ from specload.compare.options import (
 from specload.errors import UsageError
 from specload.results.writer import SUMMARY_FILE, atomic_write_text, prepare_out_dir
 
-if TYPE_CHECKING:
-    from specload.compare.model import Comparison, Run
-    from specload.report.prediction import Prediction
-
 REPORT_FILE = "report.html"
-COMPARISON_HTML = "comparison.html"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -87,40 +81,10 @@ def _out_file(value: str | None, dirs: Sequence[str]) -> Path:
     return out
 
 
-def comparison_html(
-    runs: Sequence[Run],
-    comp: Comparison,
-    *,
-    confidence: float = 0.95,
-    n_boot: int = 2000,
-    min_n: int | None = None,
-    predictions: Sequence[Path] = (),
-) -> str:
-    """The report of a comparison (``specload compare`` writes it as ``comparison.html``)."""
-    from specload.compare.plots import comparison_charts  # noqa: PLC0415
-    from specload.compare.stats import MIN_N  # noqa: PLC0415
-    from specload.report.html import report_html  # noqa: PLC0415
-    from specload.report.prediction import find_predictions  # noqa: PLC0415
-
-    found, warnings = find_predictions(runs, predictions)
-    charts = comparison_charts(
-        runs, confidence=confidence, n_boot=n_boot, min_n=MIN_N if min_n is None else min_n
-    )
-    return report_html(runs, comp, charts=charts, predictions=found, warnings=warnings)
-
-
-def single_run_html(run: Run, predictions: Sequence[Path] = ()) -> str:
-    from specload.report.html import report_html  # noqa: PLC0415
-    from specload.report.prediction import find_predictions  # noqa: PLC0415
-
-    found: list[Prediction]
-    found, warnings = find_predictions([run], predictions)
-    return report_html([run], None, predictions=found, warnings=warnings)
-
-
 def run(args: argparse.Namespace) -> int:
-    # numpy and matplotlib load only when the command runs, not for `specload --help`.
+    # numpy and matplotlib load only when the command runs, not for `specload report --help`.
     from specload.compare.model import compare_runs, load_run  # noqa: PLC0415
+    from specload.report.pages import comparison_html, single_run_html  # noqa: PLC0415
 
     min_n = check_verdict_options(args)
     dirs = [str(check_result_dir(d)) for d in args.dirs]

@@ -41,6 +41,7 @@ from pathlib import Path
 from types import FrameType
 
 from specload.commands.demo.alerts import alert_state, alert_under_load
+from specload.commands.demo.comparison import ngram_sweep_and_compare
 from specload.commands.demo.constants import (
     DEFAULTS,
     FIFTH_REQUESTS,
@@ -52,7 +53,7 @@ from specload.commands.demo.context import DemoContext, Stage
 from specload.commands.demo.prediction import predict_variant, predicted_against_measured
 from specload.commands.demo.reload import reload_watched
 from specload.commands.demo.stack import _down, stack_down, stack_up
-from specload.commands.demo.sweeps import baseline_sweep, fifth_prompt, ngram_sweep_and_compare
+from specload.commands.demo.sweeps import baseline_sweep, fifth_prompt
 from specload.commands.demo.verdicts import verdicts
 from specload.durations import parse_duration
 from specload.errors import UsageError
