@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 from simulator.costmodel import CostModel  # noqa: E402
 from specload.commands import predict as cli  # noqa: E402
 from specload.predict import forecast as forecast_module  # noqa: E402
+from specload.predict.closedloop import ClosedLoopReplay, SimEngine  # noqa: E402
 from specload.predict.synthetic import make_records, write_synthetic_baseline  # noqa: E402
 
 
@@ -61,9 +62,7 @@ def main() -> None:
     ap.add_argument("--engine", choices=("default", "sim", "replay"), default="default")
     args = ap.parse_args()
     if args.engine != "default":
-        make = (
-            forecast_module.SimEngine if args.engine == "sim" else forecast_module.ClosedLoopReplay
-        )
+        make = SimEngine if args.engine == "sim" else ClosedLoopReplay
         original = forecast_module.forecast
 
         def forced(baseline, opts, *, engine=None, plan):  # type: ignore[no-untyped-def]

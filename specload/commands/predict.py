@@ -335,11 +335,8 @@ def moe_of(args: argparse.Namespace) -> MoeModel | None:
 def run(args: argparse.Namespace) -> int:
     # numpy loads only when the command runs, not for `specload --help`.
     from specload.predict import report  # noqa: PLC0415
-    from specload.predict.forecast import (  # noqa: PLC0415
-        default_plan,
-        forecast,
-        load_baseline,
-    )
+    from specload.predict.baseline import load_baseline  # noqa: PLC0415
+    from specload.predict.forecast import default_plan, forecast  # noqa: PLC0415
     from specload.results.writer import (  # noqa: PLC0415
         atomic_write_bytes,
         atomic_write_text,

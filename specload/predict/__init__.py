@@ -5,9 +5,11 @@
   request, the step sequence (drafted, accepted, emitted per step) and vLLM's counters;
 * :mod:`specload.predict.stepcost` — the step-cost curve T(n, ctx) fitted to the baseline's
   levels, and the plan of levels that would cover a variant's step sizes;
-* :mod:`specload.predict.forecast` — continuous batching replayed in step counts
-  (:class:`~specload.predict.forecast.BatchEngine`), TPOT per request, intervals, verdicts,
-  the k schedule, draft methods' break-even;
+* :mod:`specload.predict.baseline` — the baseline results directory a forecast reads;
+* :mod:`specload.predict.closedloop` — continuous batching replayed in step counts
+  (:class:`~specload.predict.closedloop.BatchEngine`);
+* :mod:`specload.predict.forecast` — TPOT per request, intervals, verdicts, the k schedule,
+  draft methods' break-even;
 * :mod:`specload.predict.report` — JSON and Markdown (the command:
   :mod:`specload.commands.predict`).
 

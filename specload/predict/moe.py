@@ -40,7 +40,7 @@ The model (docs/predict.md, "MoE: verification that shares a sequence"):
   (x = n_eq for lambda = 0; x = N for a dense model, for rho = 0 or for top_k = E.)
 
 Interface for the forecast (``specload.predict.terms`` calls this; nothing here imports the
-forecast). Arrays are per placed step, as :class:`specload.predict.forecast.Schedule` holds
+forecast). Arrays are per placed step, as :class:`specload.predict.closedloop.Schedule` holds
 them; pass the *padded* token count (padding rows are independent rows)::
 
     model = MoeModel.default(MoeShape(experts=256, top_k=8, shared=1))   # or

@@ -120,7 +120,7 @@ def level_tpots(
 ) -> tuple[np.ndarray, float]:
     """Per request TPOT (ms) of a baseline level under ``cost`` (the batch engine, k = 0),
     and its output tokens per second."""
-    from specload.predict.forecast import ClosedLoopReplay  # noqa: PLC0415
+    from specload.predict.closedloop import ClosedLoopReplay  # noqa: PLC0415
 
     seqs = [
         RequestReplay(r.prompt_ids, r.output_ids, lookup_min=1, lookup_max=1, max_k=0).steps(0)

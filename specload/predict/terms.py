@@ -50,7 +50,7 @@ from specload.predict.moe import MoeModel
 
 
 class StepArrays(Protocol):
-    """Per placed step (:class:`specload.predict.forecast.Schedule`): tokens verified, sequences,
+    """Per placed step (:class:`specload.predict.closedloop.Schedule`): tokens verified, sequences,
     mean context per sequence, draft tokens, the fewest and most tokens one sequence brings
     (a prefill brings its prompt), and the prefills in the step."""
 

@@ -9,8 +9,9 @@ cells, with the crossover and the speculation efficiency), the charts (the plots
 :func:`specload.compare.plots.comparison_charts` with each variant's bootstrap
 interval), every level's figures per category from ``summary.json`` (TTFT, TTFCT, TPOT,
 ITL, tok/s, truncation) and the comparison's rows, the speculative decoding per channel,
-predictions beside the measured runs (:mod:`.prediction`), and the service-level
-objectives (attainment, goodput, ``--search slo``).
+predictions beside the measured runs (:mod:`.prediction`, drawn by :mod:`.prediction_html`),
+and the service-level objectives (attainment, goodput, ``--search slo``). The tags, tables
+and number formats are :mod:`.markup`'s.
 
 Every string from the results is escaped (:func:`html.escape`); the file references
 nothing outside itself (no script, stylesheet, font or image to fetch), so it opens
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from html import escape
 from typing import Any
 
 from specload import __version__
@@ -42,92 +42,27 @@ from specload.compare.model import (
     level_warning_lines,
 )
 from specload.compare.report import WIDENED_MARK, crossover_line, difference_text
-from specload.report import svg
-from specload.report.prediction import (
-    Prediction,
-    Versus,
-    draft_rows,
-    measured_acceptance,
-    ngram_rows,
+from specload.report.markup import (
+    Markup,
+    _yes_no,
+    chart_figure,
+    count,
+    join,
+    measure_value,
+    ms,
+    pct,
+    rate,
+    ratio,
+    table,
+    tag,
+    tok_s,
 )
+from specload.report.prediction import Prediction, measured_acceptance
+from specload.report.prediction_html import _predictions_section
 from specload.results.aggregate import finite_number
-from specload.results.plots import TPOT_BAND_KEY, Chart, Point, Series, run_charts
+from specload.results.plots import TPOT_BAND_KEY, Chart, run_charts
 
 NO_DATA = "no data"
-
-
-class Markup(str):
-    """A fragment that is HTML already (built here, its strings escaped): not escaped again."""
-
-
-def esc(value: object) -> str:
-    return value if isinstance(value, Markup) else escape(str(value), quote=True)
-
-
-def tag(name: str, content: object = "", **attrs: object) -> Markup:
-    """``<name attrs>content</name>``; ``class_`` for ``class``, ``data_x`` for ``data-x``."""
-    text = "".join(
-        f' {k.rstrip("_").replace("_", "-")}="{esc(v)}"' for k, v in attrs.items() if v is not None
-    )
-    return Markup(f"<{name}{text}>{esc(content)}</{name}>")
-
-
-def join(parts: Iterable[object]) -> Markup:
-    return Markup("".join(esc(p) for p in parts))
-
-
-def table(
-    header: Sequence[object], rows: Iterable[Sequence[object]], *, class_: str = "data"
-) -> Markup:
-    head = tag("tr", join(tag("th", h) for h in header))
-    body = join(tag("tr", join(c if _is_cell(c) else tag("td", c) for c in row)) for row in rows)
-    inner = tag("table", join([tag("thead", head), tag("tbody", body)]), class_=class_)
-    return tag("div", inner, class_="scroll")
-
-
-def _is_cell(value: object) -> bool:
-    return isinstance(value, Markup) and value.startswith(("<td", "<th"))
-
-
-# -- numbers -----------------------------------------------------------------------------
-
-
-def ms(value: Any) -> str:
-    v = finite_number(value)
-    return "-" if v is None else f"{v:.2f}"
-
-
-def tok_s(value: Any) -> str:
-    v = finite_number(value)
-    return "-" if v is None else f"{v:.1f}"
-
-
-def pct(value: Any, digits: int = 1) -> str:
-    v = finite_number(value)
-    return "-" if v is None else f"{v * 100:.{digits}f}%"
-
-
-def rate(value: Any) -> str:
-    v = finite_number(value)
-    return "-" if v is None else f"{v:.3f}"
-
-
-def ratio(value: Any) -> str:
-    v = finite_number(value)
-    return "-" if v is None else f"{v:.2f}"
-
-
-def count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def measure_value(value: float | None, unit: str) -> str:
-    """A comparison cell's value, as ``comparison.md`` writes it."""
-    if unit == "ratio":
-        return pct(value)
-    if unit in ("ms", "req/s"):
-        return ms(value)
-    return tok_s(value)
 
 
 rel_text = difference_text
@@ -369,58 +304,6 @@ def _shares(shares: tuple[float | None, float | None]) -> str:
     return f"{pct(shares[0], 0)} → {pct(shares[1], 0)}"
 
 
-def _legend(names: Sequence[str], palette: Mapping[str, str]) -> Markup:
-    items = join(
-        tag(
-            "span",
-            join([tag("span", "", class_="swatch", style=f"background:{palette[n]}"), n]),
-            class_="key",
-        )
-        for n in names
-    )
-    return tag("div", items, class_="legend")
-
-
-def chart_figure(chart: Chart, title: str) -> Markup:
-    names = list(dict.fromkeys(s.variant for s in chart.series))
-    palette = svg.colors(names)
-    panels = join(
-        tag(
-            "figure",
-            join(
-                [
-                    Markup(
-                        svg.panel_svg(chart, cat, palette)
-                        if cat == ALL
-                        else svg.panel_svg(chart, cat, palette, width=400, height=250)
-                    ),
-                    tag("figcaption", "all requests" if cat == ALL else cat),
-                ]
-            ),
-            class_="panel",
-        )
-        for cat in svg.chart_categories(chart)
-    )
-    notes = [f"line: {chart.line}"]
-    if chart.band:
-        notes.append(chart.band.replace("band:", "whiskers:", 1))
-    points = [p for s in chart.series for p in s.points]
-    if any(p.n is not None for p in points):
-        notes.append("n: requests per level")
-    if any(p.truncated for p in points):
-        notes.append("ringed red: requests hit max_tokens while reasoning")
-    caveats = join(tag("li", c) for c in chart.caveats)
-    return join(
-        [
-            tag("h3", title),
-            _legend(names, palette),
-            tag("div", panels, class_="panels"),
-            tag("p", "; ".join(notes) + ".", class_="note"),
-            tag("ul", caveats, class_="note") if chart.caveats else "",
-        ]
-    )
-
-
 _CHART_TITLES = {"tpot": "Median TPOT against load", "throughput": "Output tok/s against load"}
 
 
@@ -631,213 +514,6 @@ def _spec_section(runs: Sequence[Run]) -> Markup:
             table(["level", "variant", "position: acceptance"], positions),
         ]
     return join(out)
-
-
-def prediction_chart(pred: Prediction) -> Chart:
-    """Median TPOT against concurrency: the baseline, the forecast with its interval, the
-    measured variant (as the plots' :class:`Chart`, drawn by :mod:`.svg`)."""
-    rows = ngram_rows(pred)
-    base = tuple(Point(r.concurrency, r.baseline_ms) for r in rows if r.baseline_ms is not None)
-    predicted = tuple(
-        Point(r.concurrency, r.predicted_ms, low=r.low_ms, high=r.high_ms)
-        for r in rows
-        if r.predicted_ms is not None
-    )
-    measured = tuple(Point(r.concurrency, r.measured_ms) for r in rows if r.measured_ms is not None)
-    who = pred.measured.label if pred.measured is not None else "variant"
-    series = [
-        Series("baseline", ALL, base),
-        Series(f"predicted {pred.method} k={pred.k}", ALL, predicted),
-        Series(f"{who} (measured)", ALL, measured),
-    ]
-    levels = tuple(sorted({r.concurrency for r in rows}))
-    return Chart(
-        name="prediction",
-        ylabel="median TPOT (ms)",
-        xlabel="concurrency",
-        levels=levels,
-        log2=bool(levels) and all(x > 0 for x in levels),
-        series=tuple(s for s in series if s.points),
-        line="median per level",
-        band=f"band: the forecast's {pred.confidence * 100:g}% interval",
-    )
-
-
-def _yes_no(value: bool | None) -> str:
-    return "-" if value is None else "yes" if value else "no"
-
-
-def _prediction_block(pred: Prediction) -> Markup:
-    conf = f"{pred.confidence * 100:g}%"
-    out: list[object] = [
-        tag("h3", f"Prediction: {pred.title}"),
-        tag("p", f"{pred.path} — {pred.note}.", class_="note"),
-    ]
-    if pred.method == "draft":
-        rows = [
-            [
-                f"{r.concurrency:g}",
-                ms(r.baseline_ms),
-                ratio(r.break_even_length),
-                rate(r.break_even_rate),
-                _yes_no(r.possible),
-                ratio(r.measured_length),
-                rate(r.measured_rate),
-                "-" if r.above is None else "above: faster" if r.above else "below: slower",
-            ]
-            for r in draft_rows(pred)
-        ]
-        header = [
-            "concurrency",
-            "baseline TPOT (ms)",
-            "break-even mean acceptance length",
-            "break-even acceptance rate",
-            "possible",
-            "measured mean acceptance length",
-            "measured acceptance rate",
-            "measured against break-even",
-        ]
-        return join([*out, table(header, rows)])
-    rows_v = ngram_rows(pred)
-    rows = [
-        [
-            f"{r.concurrency:g}",
-            ms(r.baseline_ms),
-            ms(r.predicted_ms),
-            f"{ms(r.low_ms)} .. {ms(r.high_ms)}",
-            ms(r.measured_ms),
-            "-" if r.error is None else f"{r.error * 100:+.1f}%",
-            _yes_no(r.within),
-            rate(r.predicted_acceptance),
-            rate(r.measured_acceptance),
-            tok_s(r.predicted_throughput),
-            tok_s(r.measured_throughput),
-            (r.verdict or "-") + (" (extrapolated)" if r.extrapolated else ""),
-            "-" if r.p_faster is None else f"{r.p_faster:.2f}",
-            ms(None if r.break_even_ms is None else max(r.break_even_ms, 0.0)),
-            _estimated(r),
-        ]
-        for r in rows_v
-    ]
-    header = [
-        "concurrency",
-        "baseline TPOT (ms)",
-        "predicted TPOT (ms)",
-        f"{conf} interval",
-        "measured TPOT (ms)",
-        "error (predicted/measured)",
-        "measured inside interval",
-        "predicted acceptance",
-        "measured acceptance",
-        "predicted tok/s",
-        "measured tok/s",
-        "predicted verdict",
-        "p faster",
-        "break-even step overhead (ms)",
-        "estimated step overhead (ms)",
-    ]
-    out.append(table(header, rows))
-    out.append(
-        tag(
-            "p",
-            "p faster: the share of the forecast's draws (curve x requests x the terms' "
-            "ranges) below the baseline's median. Break-even: the extra cost per step at which "
-            "the variant stops paying; estimated: the engine path's terms per step (low .. "
-            "high).",
-            class_="note",
-        )
-    )
-    out.append(_breakdown_block(pred, rows_v))
-    if rows_v:
-        out.append(chart_figure(prediction_chart(pred), "Predicted against measured TPOT"))
-    return join(out)
-
-
-def _estimated(r: Versus) -> str:
-    if r.overhead_ms is None:
-        return "-"
-    if r.overhead_low_ms is None or r.overhead_high_ms in (None, r.overhead_low_ms):
-        return ms(r.overhead_ms)
-    return f"{ms(r.overhead_ms)} ({ms(r.overhead_low_ms)} .. {ms(r.overhead_high_ms)})"
-
-
-def _engine_path_text(path: Mapping[str, Any] | None) -> str:
-    if path is None:
-        return "engine path: not known (no terms priced: the baseline's curve alone)"
-
-    def onoff(x: Any) -> str:
-        return "unknown" if x is None else "on" if x else "off"
-
-    sizes = ", ".join(str(n) for n in path.get("capture_sizes") or []) or "none"
-    return (
-        f"engine path: {path.get('name', '?')} (vLLM {path.get('vllm_version') or 'unknown'}, "
-        f"{path.get('device', '?')}), runner {path.get('runner', '?')}, proposer "
-        f"{path.get('proposer', '?')}, replay rule {path.get('replay_rule', '?')}; async "
-        f"scheduling: baseline {onoff(path.get('baseline_async'))}, variant "
-        f"{onoff(path.get('variant_async'))}; graph mode {path.get('graph_mode', '?')}, "
-        f"capture sizes {sizes}"
-    )
-
-
-def _breakdown_block(pred: Prediction, rows_v: Sequence[Versus]) -> Markup:
-    """The median request's TPOT part by part per level (ms per output token, per step in
-    brackets), the engine path and each term's figure and source."""
-    names: list[str] = []
-    for r in rows_v:
-        for name, _, _ in r.breakdown:
-            if name not in names:
-                names.append(name)
-    if not names:
-        return Markup("")
-    rows = []
-    for r in rows_v:
-        by = {name: (tok, step) for name, tok, step in r.breakdown}
-        rows.append(
-            [
-                f"c{r.concurrency:g}",
-                *(f"{rate(by[n][0])} [{rate(by[n][1])}]" if n in by else "-" for n in names),
-                ms(r.predicted_ms),
-            ]
-        )
-    items = []
-    if pred.padding:
-        items.append(
-            f"padding: the curve at the padded size minus at the step's own; {pred.padding}"
-        )
-    for t in pred.terms():
-        lo, hi, val = t.get("low"), t.get("high"), t.get("value")
-        span = (
-            ""
-            if lo == hi
-            else f" (range {lo:g}-{hi:g})"
-            if lo is not None and hi is not None
-            else ""
-        )
-        items.append(
-            f"{t.get('name', '?')}: {val:g} {t.get('unit', '')}{span}, "
-            f"{t.get('source', '?')}: {t.get('why', '')}"
-            if isinstance(val, int | float)
-            else f"{t.get('name', '?')}: -"
-        )
-    return join(
-        [
-            tag(
-                "h4",
-                "Cost breakdown (ms per output token at the median request; per step in brackets)",
-            ),
-            tag("p", _engine_path_text(pred.engine_path()), class_="note"),
-            table(["level", *names, "predicted TPOT (ms)"], rows),
-            tag("ul", join(tag("li", i) for i in items)) if items else "",
-        ]
-    )
-
-
-def _predictions_section(predictions: Sequence[Prediction]) -> Markup:
-    if not predictions:
-        return Markup("")
-    return join(
-        [tag("h2", "Predictions", id="predictions")] + [_prediction_block(p) for p in predictions]
-    )
 
 
 def _objectives(level: Mapping[str, Any]) -> str:

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from simulator.ngram import RequestReplay, StepSequence
+from specload.predict.baseline import load_baseline
+from specload.predict.closedloop import ClosedLoopReplay
 from specload.predict.forecast import (
-    ClosedLoopReplay,
     Options,
     batch_size_bands,
     break_even_acceptance_rate,
     default_plan,
     forecast,
-    load_baseline,
     median,
     verdict,
 )

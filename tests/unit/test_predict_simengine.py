@@ -8,17 +8,9 @@ import numpy as np
 import pytest
 
 from simulator.ngram import RequestReplay, StepSequence
-from specload.predict.forecast import (
-    ClosedLoopReplay,
-    CurveStepCost,
-    Options,
-    Schedule,
-    SimEngine,
-    TpotModel,
-    default_plan,
-    forecast,
-    load_baseline,
-)
+from specload.predict.baseline import load_baseline
+from specload.predict.closedloop import ClosedLoopReplay, CurveStepCost, Schedule, SimEngine
+from specload.predict.forecast import Options, TpotModel, default_plan, forecast
 from specload.predict.synthetic import LinearCost, make_records, write_synthetic_baseline
 
 pytestmark = pytest.mark.unit

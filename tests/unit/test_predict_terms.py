@@ -14,18 +14,10 @@ import orjson
 import pytest
 
 from simulator.ngram import StepSequence
+from specload.predict.baseline import Baseline, load_baseline
+from specload.predict.closedloop import ClosedLoopReplay, Schedule
 from specload.predict.engine_path import CPU_032, EnginePath
-from specload.predict.forecast import (
-    Baseline,
-    ClosedLoopReplay,
-    Forecast,
-    Options,
-    Schedule,
-    TpotModel,
-    default_plan,
-    forecast,
-    load_baseline,
-)
+from specload.predict.forecast import Forecast, Options, TpotModel, default_plan, forecast
 from specload.predict.report import forecast_json, forecast_markdown
 from specload.predict.stepcost import StepCostFit
 from specload.predict.synthetic import LinearCost, make_records, write_synthetic_baseline
@@ -377,8 +369,8 @@ def test_breakdown_break_even_and_p_in_the_json_and_the_markdown(baseline: Basel
 
 
 def test_breakdown_break_even_and_p_in_the_html_report(baseline: Baseline, tmp_path: Path) -> None:
-    from specload.report.html import _prediction_block  # noqa: PLC0415
     from specload.report.prediction import Prediction, ngram_rows  # noqa: PLC0415
+    from specload.report.prediction_html import _prediction_block  # noqa: PLC0415
 
     fc = _fc(baseline, engine_path=GPU_V1)
     data = orjson.loads(orjson.dumps(forecast_json(fc), option=orjson.OPT_SERIALIZE_NUMPY))
