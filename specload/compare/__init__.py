@@ -8,10 +8,7 @@ speedup against the ideal one, and for every variant the concurrency where it st
 being faster. :mod:`.model` checks and computes, :mod:`.stats` bootstraps,
 :mod:`.efficiency` and :mod:`.crossover` are the speculation figures, :mod:`.profiles`
 reads ``specload profile`` reports, :mod:`.report` writes Markdown and JSON,
-:mod:`.plots` draws. Importing this package is light (no numpy): the baseline export reads
-:data:`TRUNCATED_SHARE` from here.
+:mod:`.plots` draws. Every figure of a run comes from :mod:`specload.results.model`, the
+one reader of ``summary.json`` (the truncated share and its one threshold, the acceptance,
+the median, the verdict).
 """
-
-# A side whose completed requests ended inside reasoning at max_tokens more often than this
-# share has no meaningful content measures (TTFCT); ``baseline export`` warns about such levels.
-TRUNCATED_SHARE = 0.5

@@ -11,9 +11,10 @@ The format (documented in docs/results.md) is plain JSON::
 One entry per level and category (``all`` is every request of the level);
 levels of an open-loop run carry ``request_rate`` instead of ``concurrency``.
 Export warns (stderr, one line) when the run never finalized its summary, and
-when levels are mostly truncated: more than :data:`TRUNCATED_SHARE` of their
-completed requests ended inside reasoning at max_tokens — such a baseline
-measures reasoning cut at max_tokens, not the workload's answers.
+when levels are truncated: more than
+:data:`~specload.results.model.TRUNCATED_SHARE_LIMIT` of their completed requests
+ended inside reasoning at max_tokens — such a baseline measures reasoning cut at
+max_tokens, not the workload's answers.
 """
 
 from __future__ import annotations
@@ -25,37 +26,42 @@ from typing import Any
 
 import orjson
 
-from specload.compare import TRUNCATED_SHARE
 from specload.errors import UsageError
+from specload.results.model import (
+    TRUNCATED_SHARE_LIMIT,
+    Figures,
+    Level,
+    Summary,
+    as_summary,
+)
 
 FORMAT = "specload-baseline/1"
 
 
-def _entry(
-    level: Mapping[str, Any], category: str, stats: Mapping[str, Any]
-) -> dict[str, Any] | None:
-    median, p90 = stats.get("median_tpot_ms"), stats.get("p90_tpot_ms")
+def _entry(level: Level, category: str, stats: Figures) -> dict[str, Any] | None:
+    median, p90 = stats.median_tpot_ms, stats.p90_tpot_ms
     if median is None or p90 is None:
         return None
     return {
-        "concurrency": level.get("concurrency"),
-        "request_rate": level.get("request_rate"),
+        "concurrency": level.concurrency,
+        "request_rate": level.request_rate,
         "category": category,
-        "tpot_median_seconds": float(median) / 1000.0,
-        "tpot_p90_seconds": float(p90) / 1000.0,
-        "requests": int(stats.get("completed") or 0),
+        "tpot_median_seconds": median / 1000.0,
+        "tpot_p90_seconds": p90 / 1000.0,
+        "requests": stats.completed,
     }
 
 
-def baseline_from_summary(summary: Mapping[str, Any], source: str) -> dict[str, Any]:
+def baseline_from_summary(summary: Summary | Mapping[str, Any], source: str) -> dict[str, Any]:
+    run = as_summary(summary)
     entries: list[dict[str, Any]] = []
-    for level in summary.get("levels", []):
-        if not level.get("complete", True):
+    for level in run.levels:
+        if not level.complete:
             continue
-        entry = _entry(level, "all", level)
+        entry = _entry(level, "all", level.figures)
         if entry is not None:
             entries.append(entry)
-        for cat, stats in sorted(level.get("categories", {}).items()):
+        for cat, stats in sorted(level.categories.items()):
             entry = _entry(level, cat, stats)
             if entry is not None:
                 entries.append(entry)
@@ -63,54 +69,41 @@ def baseline_from_summary(summary: Mapping[str, Any], source: str) -> dict[str, 
         raise UsageError(f"{source}: no complete level with TPOT to export")
     return {
         "format": FORMAT,
-        "variant": summary.get("variant"),
-        "model": summary.get("model"),
+        "variant": run.variant,
+        "model": run.model,
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "source": source,
         "entries": entries,
     }
 
 
-def truncated_share(stats: Mapping[str, Any]) -> float | None:
-    """Completed requests that ended inside reasoning at max_tokens / completed."""
-    ratio = stats.get("reasoning_truncated_ratio")
-    if isinstance(ratio, int | float) and not isinstance(ratio, bool):
-        return float(ratio)
-    count, completed = stats.get("reasoning_truncated"), stats.get("completed")
-    if isinstance(count, int) and isinstance(completed, int) and completed > 0:
-        return count / completed
-    return None
+def truncated_levels(summary: Summary | Mapping[str, Any]) -> list[tuple[str, float]]:
+    """Exported levels flagged truncated (the model's share above its one limit)."""
+    return [
+        (level.name, level.figures.truncated_share)
+        for level in as_summary(summary).levels
+        if level.complete and level.figures.truncated and level.figures.truncated_share
+    ]
 
 
-def truncated_levels(summary: Mapping[str, Any]) -> list[tuple[str, float]]:
-    """Exported levels where most completed requests ended inside reasoning at max_tokens."""
-    out: list[tuple[str, float]] = []
-    for level in summary.get("levels", []):
-        if not level.get("complete", True):
-            continue
-        share = truncated_share(level)
-        if share is not None and share > TRUNCATED_SHARE:
-            out.append((str(level.get("name")), share))
-    return out
-
-
-def export_warnings(summary: Mapping[str, Any], source: str) -> list[str]:
+def export_warnings(summary: Summary | Mapping[str, Any], source: str) -> list[str]:
     """One-line warnings about what a baseline from ``summary`` is worth."""
+    run = as_summary(summary)
     out: list[str] = []
-    status = summary.get("status")
-    if status == "running":
+    if run.status == "running":
         out.append(
             f"{source}: the run never finalized its summary (status running: killed?); "
             f"`specload results repair {source}` rebuilds it from requests.jsonl"
         )
-    truncated = truncated_levels(summary)
+    truncated = truncated_levels(run)
     if truncated:
-        complete = sum(1 for lv in summary.get("levels", []) if lv.get("complete", True))
+        complete = sum(1 for lv in run.levels if lv.complete)
         names = ", ".join(f"{name} {share * 100:.0f}%" for name, share in truncated)
         out.append(
-            f"{len(truncated)} of {complete} levels of {source} mostly truncated ({names} of "
-            "completed requests ended inside reasoning at max_tokens): this baseline measures "
-            "reasoning cut at max_tokens, not answers; raise --max-tokens"
+            f"{len(truncated)} of {complete} levels of {source} truncated ({names} of "
+            "completed requests ended inside reasoning at max_tokens, more than "
+            f"{TRUNCATED_SHARE_LIMIT * 100:g}%): this baseline measures reasoning cut at "
+            "max_tokens, not answers; raise --max-tokens"
         )
     return out
 

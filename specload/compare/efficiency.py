@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specload.compare.stats import Difference
-from specload.results.aggregate import finite_number
+from specload.results.model import Level
 
 # "High acceptance, no speedup": ideal speedup at least HIGH_IDEAL, measured at most NO_SPEEDUP.
 HIGH_IDEAL = 1.3
@@ -47,19 +47,17 @@ class Ideal:
     source: str  # SOURCE_CLIENT or SOURCE_SERVER
 
 
-def ideal_speedup(level: Mapping[str, Any]) -> Ideal | None:
+def ideal_speedup(level: Level | Mapping[str, Any]) -> Ideal | None:
     """The level's ideal speedup over plain decoding (None: no speculation data)."""
-    client = level.get("spec_decode")
-    if isinstance(client, Mapping):
-        value = finite_number(client.get("ideal_speedup"))
-        if value is not None and value > 0:
-            return Ideal(value, SOURCE_CLIENT)
-    server = level.get("server")
-    if not isinstance(server, Mapping):
+    lv = level if isinstance(level, Level) else Level.from_dict(level)
+    client = lv.figures.spec_decode
+    if client is not None and client.ideal_speedup is not None and client.ideal_speedup > 0:
+        return Ideal(client.ideal_speedup, SOURCE_CLIENT)
+    server = lv.server
+    if server is None:
         return None
-    generated = finite_number(server.get("generation_tokens"))
-    requests = finite_number(server.get("requests_success"))
-    accepted = finite_number(server.get("spec_decode_num_accepted_tokens"))
+    generated, requests = server.generation_tokens, server.requests_success
+    accepted = server.spec_decode_num_accepted_tokens
     if generated is None or requests is None or accepted is None:
         return None
     decode = generated - requests
@@ -108,8 +106,8 @@ def speedup(diff: Difference | None) -> tuple[float | None, tuple[float, float] 
 
 
 def level_efficiency(
-    reference: Mapping[str, Any],
-    variant: Mapping[str, Any],
+    reference: Level | Mapping[str, Any],
+    variant: Level | Mapping[str, Any],
     tpot: Difference | None,
     allreduce_share: tuple[float | None, float | None] = (None, None),
 ) -> Efficiency | None:

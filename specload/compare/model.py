@@ -14,9 +14,12 @@ Before any number, the runs are checked (:func:`check_runs`):
 
 Rows: every row carries the sample size per side; below :data:`~.stats.MIN_N` on a
 side there is no interval and no verdict ("n too small"). Content measures (TTFCT)
-are not compared where more than :data:`TRUNCATED_SHARE` of either side's completed
-requests ended inside reasoning at max_tokens (their "first content token" is then
-the few requests that got that far, or none).
+are not compared where more than :data:`~specload.results.model.TRUNCATED_SHARE_LIMIT` of
+either side's completed requests ended inside reasoning at max_tokens (their "first content
+token" is then the few requests that got that far, or none).
+
+Every figure of a summary comes from :mod:`specload.results.model` (the one reader of a
+result): the truncated share, the acceptance, the window, the verdict.
 
 Speculation (:mod:`.efficiency`, :mod:`.crossover`): per level of a speculative variant,
 the measured speedup against the ideal one and their ratio; per variant, the concurrency
@@ -31,7 +34,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specload.compare import TRUNCATED_SHARE
 from specload.compare.crossover import OPEN_LOOP, Crossover, LevelSamples, find_crossover
 from specload.compare.efficiency import Efficiency, level_efficiency
 from specload.compare.profiles import Profile, profile_beside
@@ -45,16 +47,25 @@ from specload.compare.stats import (
     row_mean,
     row_median,
 )
-from specload.durations import parse_duration
 from specload.errors import UsageError
 from specload.records.request import RequestRecord
-from specload.results.aggregate import finite_number, level_window
+from specload.results.model import (
+    FASTER,
+    SAME,
+    SLOWER,
+    TOO_FEW,
+    TRUNCATED_SHARE_LIMIT,
+    Level,
+    Summary,
+    as_summary,
+    read,
+    verdict,
+)
 from specload.results.repair import record_of
-from specload.results.writer import read_requests, read_summary
+from specload.results.writer import read_requests
 
 ALL = "all"
-FASTER, SLOWER, SAME = "faster", "slower", "no significant difference"
-TOO_FEW = "n too small"
+__all__ = ["FASTER", "SAME", "SLOWER", "TOO_FEW"]  # the verdicts, defined in the model
 TRUNCATED = "not comparable (truncated)"
 
 THROUGHPUT_BINS = 10
@@ -93,36 +104,45 @@ _SECONDS = {"tpot": "tpot_s", "ttft": "ttft_s", "ttfct": "ttfct_s"}
 @dataclass
 class Run:
     path: Path
-    summary: dict[str, Any]
+    result: Summary  # the run's summary.json, typed (specload.results.model)
     records: list[RequestRecord]
     label: str = ""  # how warnings name the run (the variant; the directory too if ambiguous)
     profile: Profile | None = None  # a `specload profile --json` report (profile.json)
 
+    def __post_init__(self) -> None:
+        self.result = as_summary(self.result)
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """The summary as read (the HTML report's pages not yet on the model)."""
+        return dict(self.result.raw)
+
     @property
     def variant(self) -> str:
-        return str(self.summary.get("variant") or self.path.name)
+        return self.result.variant or self.path.name
 
     @property
     def status(self) -> str:
-        return str(self.summary.get("status") or "unknown")
+        return self.result.status
 
     def level(self, name: str) -> dict[str, Any] | None:
-        for level in self.summary.get("levels", []):
-            if level.get("name") == name:
+        """The level as read (the HTML report's pages not yet on the model)."""
+        for level in self.result.raw.get("levels") or []:
+            if isinstance(level, dict) and level.get("name") == name:
                 return dict(level)
         return None
 
     def level_names(self) -> list[str]:
-        return [str(level.get("name")) for level in self.summary.get("levels", [])]
+        return self.result.level_names
 
 
 def load_run(path: str | Path) -> Run:
     p = Path(path)
     if not p.exists():
         raise UsageError(f"{path}: no such results directory")
-    summary = read_summary(p)
+    summary = read(p)
     records = [record_of(raw) for raw in read_requests(p)]
-    return Run(p, summary, records, str(summary.get("variant") or p.name), profile_beside(p))
+    return Run(p, summary, records, summary.variant or p.name, profile_beside(p))
 
 
 @dataclass
@@ -163,7 +183,7 @@ class Comparison:
     warnings: list[str] = field(default_factory=list)
     statuses: list[str] = field(default_factory=list)
     min_n: int = MIN_N
-    truncated_share: float = TRUNCATED_SHARE
+    truncated_share: float = TRUNCATED_SHARE_LIMIT
     crossovers: list[Crossover] = field(default_factory=list)  # per variant after the first
     profiles: list[Profile | None] = field(default_factory=list)  # per variant
     search: SearchComparison | None = None  # every run searched (--search slo): the limits
@@ -191,11 +211,8 @@ class Comparison:
         return found
 
 
-def _label(level: Mapping[str, Any]) -> tuple[str, float]:
-    if level.get("concurrency") is not None:
-        return f"concurrency {level['concurrency']}", float(level["concurrency"])
-    rate = float(level.get("request_rate") or 0.0)
-    return f"rate {rate:g}/s", rate
+def _label(level: Level) -> tuple[str, float]:
+    return level.label, level.load or 0.0
 
 
 # -- checks ---------------------------------------------------------------------------------
@@ -209,41 +226,9 @@ def _show(value: Any) -> str:
     return str(value)
 
 
-def _seconds(value: Any) -> float | None:
-    if value is None or value == "":
-        return None
-    try:
-        return parse_duration(value)
-    except UsageError:
-        return None
-
-
-def _window(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """A run's window lengths: warm-up seconds, then duration seconds or a request count.
-
-    From the run's options (``--warmup``, ``--duration`` — 60 s when neither it nor
-    ``--requests`` was given — ``--requests``); a summary without options: its first
-    level's ``warmup_s``, ``planned_duration_s``, ``planned_requests``.
-    """
-    options = summary.get("options") or {}
-    if not options:
-        levels = summary.get("levels") or [{}]
-        first = levels[0]
-        return {
-            "warmup": first.get("warmup_s"),
-            "duration": first.get("planned_duration_s"),
-            "requests": first.get("planned_requests"),
-        }
-    requests = options.get("requests")
-    duration = _seconds(options.get("duration"))
-    if duration is None and requests is None:
-        duration = 60.0
-    return {"warmup": _seconds(options.get("warmup")), "duration": duration, "requests": requests}
-
-
 # (what the warning calls it, how to read it from a summary)
 def _option(key: str) -> Any:
-    return lambda s: (s.get("options") or {}).get(key)
+    return lambda s: s.options.get(key)
 
 
 _CHECKS: tuple[tuple[str, Any], ...] = (
@@ -253,13 +238,13 @@ _CHECKS: tuple[tuple[str, Any], ...] = (
     ("temperature", _option("temperature")),
     ("stream", _option("stream")),
     ("usage stats (token accounting)", _option("usage_stats")),
-    ("model", lambda s: s.get("model") or (s.get("options") or {}).get("model") or None),
-    ("mode", lambda s: s.get("mode")),
+    ("model", lambda s: s.model or s.options.get("model") or None),
+    ("mode", lambda s: s.mode),
     ("max concurrency (open loop)", _option("max_concurrency")),
-    ("warm-up (s)", lambda s: _window(s)["warmup"]),
-    ("window duration (s)", lambda s: _window(s)["duration"]),
-    ("window requests", lambda s: _window(s)["requests"]),
-    ("server time scale", lambda s: s.get("server_time_scale")),
+    ("warm-up (s)", lambda s: s.planned_window[0]),
+    ("window duration (s)", lambda s: s.planned_window[1]),
+    ("window requests", lambda s: s.planned_window[2]),
+    ("server time scale", lambda s: s.server_time_scale),
 )
 
 
@@ -267,10 +252,10 @@ def comparability_warnings(runs: Sequence[Run]) -> list[str]:
     """One sentence per difference between the reference run and another (none: comparable)."""
     ref = runs[0]
     out: list[str] = []
-    for what, read in _CHECKS:
-        want = read(ref.summary)
+    for what, figure in _CHECKS:
+        want = figure(ref.result)
         for run in runs[1:]:
-            got = read(run.summary)
+            got = figure(run.result)
             if got != want:
                 out.append(f"{what} differs: {ref.label} {_show(want)}, {run.label} {_show(got)}")
     ref_levels = ref.level_names()
@@ -286,11 +271,6 @@ def comparability_warnings(runs: Sequence[Run]) -> list[str]:
     return out + prefix_cache_warnings(runs)
 
 
-def _reset(level: Mapping[str, Any]) -> bool | None:
-    value = level.get("prefix_cache_reset")
-    return value if isinstance(value, bool) else None
-
-
 def prefix_cache_warnings(runs: Sequence[Run]) -> list[str]:
     """The prefix cache's state per level in common: hit ratios (``server.
     prefix_cache_hit_ratio``) more than :data:`PREFIX_CACHE_HIT_GAP` apart, and a level
@@ -299,19 +279,19 @@ def prefix_cache_warnings(runs: Sequence[Run]) -> list[str]:
     ref = runs[0]
     out: list[str] = []
     for run in runs[1:]:
-        names = [n for n in ref.level_names() if run.level(n) is not None]
+        names = [n for n in ref.level_names() if run.result.level(n) is not None]
         resets: dict[tuple[bool, bool], list[str]] = {}
         for name in names:
-            mine, theirs = ref.level(name) or {}, run.level(name) or {}
-            a = finite_number((mine.get("server") or {}).get("prefix_cache_hit_ratio"))
-            b = finite_number((theirs.get("server") or {}).get("prefix_cache_hit_ratio"))
+            mine, theirs = ref.result.level(name), run.result.level(name)
+            assert mine is not None and theirs is not None
+            a, b = mine.prefix_cache_hit_ratio, theirs.prefix_cache_hit_ratio
             if a is not None and b is not None and abs(a - b) > PREFIX_CACHE_HIT_GAP:
                 out.append(
                     f"prefix-cache hit ratio differs at {name}: {ref.label} {a:.3f}, "
                     f"{run.label} {b:.3f} (more than {PREFIX_CACHE_HIT_GAP:g} apart: cached "
                     "prompt tokens skip their prefill)"
                 )
-            ra, rb = _reset(mine), _reset(theirs)
+            ra, rb = mine.prefix_cache_reset, theirs.prefix_cache_reset
             if ra is not None and rb is not None and ra != rb:
                 resets.setdefault((ra, rb), []).append(name)
         for (ra, rb), where in resets.items():
@@ -334,7 +314,7 @@ def completeness_problems(runs: Sequence[Run], level_names: Sequence[str]) -> li
                 "from requests.jsonl"
             )
             continue
-        partial = [n for n in level_names if not (run.level(n) or {}).get("complete", True)]
+        partial = [n for n in level_names if not getattr(run.result.level(n), "complete", True)]
         if partial:
             out.append(
                 f"{run.path}: level {', '.join(partial)} incomplete "
@@ -343,13 +323,13 @@ def completeness_problems(runs: Sequence[Run], level_names: Sequence[str]) -> li
     return out
 
 
-def _level_marks(run: Run, level: Mapping[str, Any]) -> list[str]:
+def _level_marks(run: Run, level: Level) -> list[str]:
     marks: list[str] = []
     if run.status == "running":
         marks.append("run not finalized")
-    if not level.get("complete", True):
+    if not level.complete:
         marks.append("incomplete")
-    marks += [str(f) for f in level.get("flags") or [] if str(f) != "reasoning_truncated"]
+    marks += [f for f in level.flags if f != "reasoning_truncated"]
     return marks
 
 
@@ -357,26 +337,28 @@ def _run_warnings(runs: Sequence[Run], level_names: Sequence[str]) -> list[str]:
     out: list[str] = []
     for run in runs:
         if run.status == "repaired":
-            was = (run.summary.get("repair") or {}).get("from_status")
+            was = run.result.repaired_from
             out.append(
                 f"{run.label}: summary rebuilt from requests.jsonl by `specload results "
                 f"repair` (status repaired{f', was {was}' if was else ''}): requests in "
                 "flight when the run died are missing"
             )
         elif run.status not in ("complete", "running"):
-            reason = run.summary.get("stop_reason")
+            reason = run.result.stop_reason
             out.append(f"{run.label}: status {run.status}" + (f" ({reason})" if reason else ""))
         for name in level_names:
-            out += level_warning_lines(run.label, name, run.level(name) or {})
+            level = run.result.level(name)
+            if level is not None:
+                out += level_warning_lines(run.label, name, level)
     return out
 
 
-def level_warning_lines(label: str, name: str, level: Mapping[str, Any]) -> list[str]:
+def level_warning_lines(label: str, name: str, level: Level | Mapping[str, Any]) -> list[str]:
     """A level's own warnings, or its flags where it has none, each naming run and level."""
-    out = [f"{label} {name}: {sentence}" for sentence in level.get("warnings") or []]
-    flags = [str(f) for f in level.get("flags") or []]
-    if flags and not level.get("warnings"):
-        out.append(f"{label} {name}: flagged {', '.join(flags)}")
+    lv = level if isinstance(level, Level) else Level.from_dict(level)
+    out = [f"{label} {name}: {sentence}" for sentence in lv.warnings]
+    if lv.flags and not lv.warnings:
+        out.append(f"{label} {name}: flagged {', '.join(lv.flags)}")
     return out
 
 
@@ -394,9 +376,7 @@ def _samples(records: Sequence[RequestRecord], measure: str) -> list[float]:
     return out
 
 
-def window_bounds(
-    level: Mapping[str, Any], records: Sequence[RequestRecord]
-) -> tuple[float, float] | None:
+def window_bounds(level: Level, records: Sequence[RequestRecord]) -> tuple[float, float] | None:
     """The measured window (wall clock): ``window_start_s``..``window_end_s`` when the
     summary has them (the sweep's own floats), else ``window_started_at``..``window_ended_at``
     (ISO, milliseconds).
@@ -404,10 +384,10 @@ def window_bounds(
     Without an end (a killed run): start + ``duration``; without a start: the first
     request of the level's step.
     """
-    duration = float(level.get("duration") or 0.0)
-    start, end = level_window(level)
+    duration = level.figures.duration or 0.0
+    start, end = level.window
     if start is None:
-        starts = [r.start_s for r in records if r.step == level.get("name")]
+        starts = [r.start_s for r in records if r.step == level.name]
         if not starts:
             return None
         start = min(starts)
@@ -475,24 +455,6 @@ def goodput_bins(
     return out
 
 
-def truncated_share(
-    level: Mapping[str, Any], category: str, records: Sequence[RequestRecord]
-) -> float | None:
-    """Completed requests that ended inside reasoning at max_tokens / completed.
-
-    ``reasoning_truncated_ratio`` of the summary (the level, or the category), else
-    counted from the records' ``reasoning_truncated``.
-    """
-    stats = level if category == ALL else (level.get("categories") or {}).get(category) or {}
-    ratio = stats.get("reasoning_truncated_ratio")
-    if isinstance(ratio, int | float) and not isinstance(ratio, bool):
-        return float(ratio)
-    done = [r for r in records if r.ok]
-    if not done:
-        return None
-    return sum(1 for r in done if r.reasoning_truncated) / len(done)
-
-
 def _share(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.0f}%"
 
@@ -500,12 +462,13 @@ def _share(value: float | None) -> str:
 def _verdict(diff: Difference | None, lower_is_better: bool, min_difference: float) -> str | None:
     if diff is None:
         return None
-    if not diff.has_interval:
-        return TOO_FEW
-    if not diff.excludes_zero or abs(diff.rel) < min_difference:
-        return SAME
-    worse = diff.rel > 0 if lower_is_better else diff.rel < 0
-    return SLOWER if worse else FASTER
+    return verdict(
+        diff.rel,
+        diff.ci_low,
+        diff.ci_high,
+        min_difference=min_difference,
+        lower_is_better=lower_is_better,
+    )
 
 
 def _labels(runs: Sequence[Run]) -> None:
@@ -522,8 +485,8 @@ def check_runs(
         raise UsageError("compare: give at least two results directories")
     _labels(runs)
     names = runs[0].level_names()
-    common = [n for n in names if all(run.level(n) is not None for run in runs[1:])]
-    if not common and not all(run.summary.get("search") for run in runs):
+    common = [n for n in names if all(run.result.level(n) is not None for run in runs[1:])]
+    if not common and not all(run.result.search for run in runs):
         raise UsageError(
             f"compare: no level in common between {', '.join(str(r.path) for r in runs)}"
         )
@@ -552,11 +515,11 @@ def compare_runs(
     min_n: int = MIN_N,
     strict: bool = False,
     allow_incomplete: bool = False,
-    truncated_limit: float = TRUNCATED_SHARE,
+    truncated_limit: float = TRUNCATED_SHARE_LIMIT,
 ) -> Comparison:
     warnings = check_runs(runs, strict=strict, allow_incomplete=allow_incomplete)
     names = runs[0].level_names()
-    common = [n for n in names if all(run.level(n) is not None for run in runs[1:])]
+    common = [n for n in names if all(run.result.level(n) is not None for run in runs[1:])]
     # in start order: the bootstrap resamples blocks of requests that ran together
     ordered = [sorted(run.records, key=lambda r: r.start_s) for run in runs]
     by_run: list[dict[str, list[RequestRecord]]] = []
@@ -568,7 +531,7 @@ def compare_runs(
 
     levels: list[LevelComparison] = []
     for name in common:
-        first = runs[0].level(name)
+        first = runs[0].result.level(name)
         assert first is not None
         label, load = _label(first)
         lc = LevelComparison(name, label, load)
@@ -576,31 +539,31 @@ def compare_runs(
         for steps in by_run:
             cats.update(r.category for r in steps.get(name, []))
         lc.categories = [ALL, *sorted(cats)]
-        infos = [run.level(name) or {} for run in runs]
+        infos = [_level(run, name) for run in runs]
         for run, info in zip(runs, infos, strict=True):
-            server = info.get("server") or {}
-            lc.acceptance.append(server.get("spec_decode_acceptance_rate"))
-            lc.mean_acceptance_length.append(server.get("spec_decode_mean_acceptance_length"))
+            accepted = info.acceptance  # the model's rule: the server's, else the client's
+            lc.acceptance.append(accepted.rate)
+            lc.mean_acceptance_length.append(accepted.mean_length)
             lc.marks.append(_level_marks(run, info))
         bounds = [
             window_bounds(info, steps.get(name, []))
             for info, steps in zip(infos, by_run, strict=True)
         ]
         throughput = [
-            throughput_bins(records, bound, float(info.get("duration") or 0.0))
+            throughput_bins(records, bound, info.figures.duration or 0.0)
             for records, bound, info in zip(ordered, bounds, infos, strict=True)
         ]
         data = _LevelData(runs, by_run, infos, name, throughput, bounds)
         judged = all(any(r.slo_met is not None for r in steps.get(name, [])) for steps in by_run)
         measures = ALL_MEASURES if judged else MEASURES
-        for i, steps in enumerate(by_run):
-            shares: dict[str, float | None] = {}
-            for cat in lc.categories:
-                recs = steps.get(name, [])
-                if cat != ALL:
-                    recs = [r for r in recs if r.category == cat]
-                shares[cat] = truncated_share(infos[i], cat, recs)
-            lc.truncated.append(shares)
+        for info in infos:
+            # the model's truncated share (a category the summary lacks: unknown)
+            lc.truncated.append(
+                {
+                    cat: (None if (f := info.category(cat)) is None else f.truncated_share)
+                    for cat in lc.categories
+                }
+            )
         truncated_cats: list[str] = []
         truncated_sides: set[int] = set()
         for cat in lc.categories:
@@ -644,7 +607,7 @@ def compare_runs(
     crossovers = _crossovers(
         runs, common, by_run, n_boot=n_boot, confidence=confidence, seed=seed, min_n=min_n
     )
-    search, search_warnings = compare_searches([(run.label, run.summary) for run in runs])
+    search, search_warnings = compare_searches([(run.label, run.result) for run in runs])
     warnings += search_warnings
     return Comparison(
         [run.variant for run in runs],
@@ -663,14 +626,20 @@ def compare_runs(
     )
 
 
+def _level(run: Run, name: str) -> Level:
+    level = run.result.level(name)
+    assert level is not None  # a level in common
+    return level
+
+
 def _shares(
-    runs: Sequence[Run], i: int, infos: Sequence[Mapping[str, Any]]
+    runs: Sequence[Run], i: int, infos: Sequence[Level]
 ) -> tuple[float | None, float | None]:
     """The all-reduce share of the reference and variant ``i`` at this level (profiles)."""
 
     def share(k: int) -> float | None:
         profile = runs[k].profile
-        return None if profile is None else profile.share_at(infos[k].get("concurrency"))
+        return None if profile is None else profile.share_at(infos[k].concurrency)
 
     return share(0), share(i)
 
@@ -686,7 +655,7 @@ def _crossovers(
     min_n: int,
 ) -> list[Crossover]:
     """Per variant after the first, where its TPOT ratio to the first crosses 1."""
-    closed = [n for n in common if (runs[0].level(n) or {}).get("concurrency") is not None]
+    closed = [n for n in common if _level(runs[0], n).concurrency is not None]
     if not closed:
         return [Crossover(run.variant, [], reason=OPEN_LOOP) for run in runs[1:]]
     samples = [{n: _samples(steps.get(n, []), "tpot") for n in closed} for steps in by_run]
@@ -695,7 +664,7 @@ def _crossovers(
     for i in range(1, len(runs)):
         levels = []
         for name in closed:
-            users = int((runs[0].level(name) or {})["concurrency"])
+            users = int(_level(runs[0], name).concurrency or 1)
             ref, var = samples[0][name], samples[i][name]
             levels.append(
                 LevelSamples(
@@ -726,7 +695,7 @@ class _LevelData:
 
     runs: Sequence[Run]
     by_run: Sequence[Mapping[str, list[RequestRecord]]]
-    infos: Sequence[Mapping[str, Any]]
+    infos: Sequence[Level]
     name: str
     throughput: Sequence[Mapping[str, list[float]]]  # per run: bins by category
     bounds: Sequence[tuple[float, float] | None] = ()  # per run: the window (wall clock)
@@ -757,12 +726,12 @@ def _cell(
             recs = [r for r in recs if r.category == cat]
         info = infos[i]
         if measure.key == "request_goodput":
-            samples = goodput_bins(recs, data.bounds[i], float(info.get("duration") or 0.0))
+            samples = goodput_bins(recs, data.bounds[i], info.figures.duration or 0.0)
             blocks.append(1)
             counts.append(sum(1 for r in recs if r.ok))
         elif measure.key == "slo_attainment":
             samples = [1.0 if r.slo_met else 0.0 for r in recs if r.ok and r.slo_met is not None]
-            users = int(info.get("concurrency") or info.get("max_concurrency") or 1)
+            users = info.users
             blocks.append(block_length(len(samples), users))
             counts.append(len(samples))
         elif throughput:
@@ -772,7 +741,7 @@ def _cell(
             counts.append(sum(1 for r in recs if r.ok))
         else:
             samples = _samples(recs, measure.key)
-            users = int(info.get("concurrency") or info.get("max_concurrency") or 1)
+            users = info.users
             blocks.append(block_length(len(samples), users))
             counts.append(len(samples))
         per_run.append(samples)
@@ -822,9 +791,7 @@ def _cell(
 _THROUGHPUT_TOLERANCE = 1e-3
 
 
-def _consistency(
-    runs: Sequence[Run], infos: Sequence[Mapping[str, Any]], lc: LevelComparison
-) -> list[str]:
+def _consistency(runs: Sequence[Run], infos: Sequence[Level], lc: LevelComparison) -> list[str]:
     """The figures recomputed from requests.jsonl must be summary.json's (one figure each)."""
     out: list[str] = []
     for i, run in enumerate(runs):
@@ -834,7 +801,7 @@ def _consistency(
             key = measure.summary_key or measure.key
             if cell is None:
                 continue
-            mine, theirs = cell.values[i], finite_number(infos[i].get(key))
+            mine, theirs = cell.values[i], infos[i].figures.figure(key)
             if mine is None or theirs is None:
                 continue
             tolerance = 1e-9 if measure.summary_key else _THROUGHPUT_TOLERANCE

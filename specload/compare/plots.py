@@ -11,9 +11,8 @@ in the report).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -35,14 +34,13 @@ from specload.compare.stats import (
     row_median,
 )
 from specload.records.request import RequestRecord
-from specload.results.aggregate import finite_number
+from specload.results.model import Figures
 from specload.results.plots import (
     Chart,
     Point,
     Series,
     categories,
     draw_chart,
-    level_x,
     save_figure,
     summary_caveats,
     x_axis,
@@ -76,11 +74,10 @@ def _tpot_ms(records: Sequence[RequestRecord]) -> list[float]:
     ]
 
 
-def _truncated(records: Sequence[RequestRecord], stats: Mapping[str, Any]) -> int:
+def _truncated(records: Sequence[RequestRecord], stats: Figures) -> int:
     if records:
         return sum(1 for r in records if r.ok and r.reasoning_truncated)
-    count = stats.get("reasoning_truncated")
-    return count if isinstance(count, int) and not isinstance(count, bool) else 0
+    return stats.reasoning_truncated or 0
 
 
 def _run_points(
@@ -98,24 +95,21 @@ def _run_points(
     for r in ordered:
         steps.setdefault(r.step, []).append(r)
     out: dict[tuple[str, str], list[Point]] = {}
-    for k, level in enumerate(run.summary.get("levels", [])):
-        x = level_x(level)
+    for k, level in enumerate(run.result.levels):
+        x = level.load
         if x is None:
             continue
-        name = str(level.get("name"))
-        step = steps.get(name, [])
-        bins = throughput_bins(
-            ordered, window_bounds(level, step), float(level.get("duration") or 0.0)
-        )
-        users = int(level.get("concurrency") or level.get("max_concurrency") or 1)
-        for c, cat in enumerate(categories([run.summary])):
-            stats = level if cat == ALL else (level.get("categories") or {}).get(cat) or {}
+        step = steps.get(level.name, [])
+        bins = throughput_bins(ordered, window_bounds(level, step), level.figures.duration or 0.0)
+        users = level.users
+        for c, cat in enumerate(categories([run.result])):
+            stats = level.category(cat) or Figures()
             recs = step if cat == ALL else [r for r in step if r.category == cat]
             done = sum(1 for r in recs if r.ok)
             cut = _truncated(recs, stats)
             cell_seed = seed + 1_000_003 * index + 1009 * k + 31 * c
             tpot = _tpot_ms(recs)
-            y = estimate(tpot, row_median) if tpot else finite_number(stats.get("median_tpot_ms"))
+            y = estimate(tpot, row_median) if tpot else stats.median_tpot_ms
             if y is not None:
                 low = high = None
                 if len(tpot) >= min_n:
@@ -128,10 +122,10 @@ def _run_points(
                         confidence=confidence,
                         seed=cell_seed,
                     )
-                n = len(tpot) if recs else _count(stats.get("completed"))
+                n = len(tpot) if recs else stats.completed
                 out.setdefault(("tpot", cat), []).append(Point(x, y, n, low, high, cut))
             tok = bins.get(cat) or []
-            y = estimate(tok, row_mean) if tok else finite_number(stats.get("output_throughput"))
+            y = estimate(tok, row_mean) if tok else stats.output_throughput
             if y is not None:
                 low = high = None
                 if len(tok) == THROUGHPUT_BINS and recs:
@@ -144,15 +138,11 @@ def _run_points(
                         confidence=confidence,
                         seed=cell_seed + 17,
                     )
-                n = done if recs else _count(stats.get("completed"))
+                n = done if recs else stats.completed
                 out.setdefault(("output_throughput", cat), []).append(
                     Point(x, y, n, low, high, cut)
                 )
     return out
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 _MEASURES = (
@@ -175,7 +165,7 @@ def comparison_charts(
     seed: int = 0,
     min_n: int = MIN_N,
 ) -> list[Chart]:
-    summaries = [run.summary for run in runs]
+    summaries = [run.result for run in runs]
     xlabel, levels, log2 = x_axis(summaries)
     labels = [run.label or run.variant for run in runs]
     caveats = tuple(summary_caveats(summaries, labels))

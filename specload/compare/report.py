@@ -120,7 +120,11 @@ def comparison_markdown(comp: Comparison) -> str:
             if a is not None
         ]
         if acc:
-            lines += [f"Spec-decode acceptance rate (server): {', '.join(acc)}", ""]
+            lines += [
+                f"Spec-decode acceptance rate (server counters, else the requests' own): "
+                f"{', '.join(acc)}",
+                "",
+            ]
         truncated = [
             f"{v}: {share * 100:.0f}%"
             for v, shares in zip(comp.variants, level.truncated, strict=False)

@@ -9,10 +9,11 @@ bracket ``[limit_i / fail_0, fail_i / limit_0]`` (an open end where a search nev
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specload.results.model import Summary
 from specload.slo import parse_slo
 
 
@@ -49,31 +50,28 @@ def _load_of(step: str | None) -> float | None:
         return None
 
 
-def _limit(label: str, summary: Mapping[str, Any]) -> SearchLimit | None:
-    block = summary.get("search")
-    if not isinstance(block, dict):
+def _limit(label: str, summary: Summary) -> SearchLimit | None:
+    block = summary.search
+    if block is None:
         return None
-    limit = block.get("limit")
-    set_by = block.get("set_by")
     return SearchLimit(
         label,
-        str(block.get("variable") or "concurrency"),
-        float(limit) if isinstance(limit, int | float) else None,
-        _load_of(set_by),
-        block.get("limit_level") or (f"c{limit:g}" if limit is not None else None),
-        set_by,
-        bool(block.get("complete")),
-        len(block.get("steps") or []),
+        block.variable,
+        block.limit,
+        _load_of(block.set_by),
+        block.limit_level,
+        block.set_by,
+        block.complete,
+        len(block.steps),
     )
 
 
-def _objectives(summary: Mapping[str, Any]) -> dict[str, float]:
-    options = summary.get("options") or {}
-    return parse_slo(options.get("slo")).as_dict()
+def _objectives(summary: Summary) -> dict[str, float]:
+    return parse_slo(summary.options.get("slo")).as_dict()
 
 
 def compare_searches(
-    runs: Sequence[tuple[str, Mapping[str, Any]]],
+    runs: Sequence[tuple[str, Summary]],
 ) -> tuple[SearchComparison | None, list[str]]:
     """The searches of ``(label, summary)`` runs compared (None unless every run searched),
     and the comparison's warnings."""
@@ -88,7 +86,10 @@ def compare_searches(
     warnings: list[str] = []
     for what, values in (
         ("variable", [lim.variable for lim in found]),
-        ("attainment", [(summary.get("search") or {}).get("attainment") for _, summary in runs]),
+        (
+            "attainment",
+            [summary.search.attainment if summary.search else None for _, summary in runs],
+        ),
         ("objectives", [_objectives(summary) for _, summary in runs]),
     ):
         if any(v != values[0] for v in values[1:]):
@@ -112,7 +113,7 @@ def compare_searches(
         high = lim.fail / ref.limit if lim.fail is not None else None
         brackets.append((low, high))
     first = runs[0][1]
-    attainment = float((first.get("search") or {}).get("attainment") or 0.0)
+    attainment = (first.search.attainment if first.search else None) or 0.0
     return (
         SearchComparison(ref.variable, attainment, _objectives(first), found, ratios, brackets),
         warnings,

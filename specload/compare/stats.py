@@ -23,28 +23,30 @@ Requests that ran at the same time are not independent (they shared the
 server's batches), so resampling single requests would make the interval
 too narrow. The samples come in start order and are resampled in *blocks*
 of consecutive requests (the moving-block bootstrap), ``block`` long — at
-least the concurrency, so requests that overlapped stay together.
+least the concurrency, so requests that overlapped stay together. The
+resampling and the median are defined once, in :mod:`specload.results.bootstrap`
+(the forecast's interval draws the same blocks).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from specload.compare.options import MIN_N_DEFAULT
+from specload.results.bootstrap import FloatArray, block_index_chunks, block_length, row_median
+from specload.results.model import median
 
-FloatArray = npt.NDArray[np.float64]
+# the one definitions (specload.results), for compare's readers
+__all__ = ["FloatArray", "block_length", "median", "row_median"]
+
 # Statistic over resamples: (resamples x n) matrix → one value per row.
 Statistic = Callable[[FloatArray], FloatArray]
 
 # Fewest samples per side for an interval and a verdict (fewer: "n too small").
 MIN_N = MIN_N_DEFAULT
-
-_CHUNK_CELLS = 2_000_000  # cap the resample matrix at ~16 MB
 
 
 @dataclass(frozen=True)
@@ -69,14 +71,6 @@ class Difference:
         return self.ci_low > 0 or self.ci_high < 0
 
 
-def row_median(matrix: FloatArray) -> FloatArray:
-    """Per row, the value of rank ``floor(0.5 * (n - 1))``: :func:`exact_quantile`'s rule."""
-    n = matrix.shape[1]
-    k = (n - 1) // 2
-    result: FloatArray = np.partition(matrix, k, axis=1)[:, k]
-    return result
-
-
 def row_mean(matrix: FloatArray) -> FloatArray:
     result: FloatArray = np.mean(matrix, axis=1)
     return result
@@ -89,30 +83,11 @@ def estimate(values: Sequence[float], stat: Statistic = row_median) -> float | N
     return float(stat(np.asarray(values, dtype=np.float64)[None, :])[0])
 
 
-def median(values: Sequence[float]) -> float | None:
-    """The exact sample median by the one rule (:func:`specload.histogram.exact_quantile`)."""
-    return estimate(values, row_median)
-
-
-def block_length(n: int, concurrency: int = 1) -> int:
-    """At least the concurrency, and about n^(1/3) (the usual moving-block choice)."""
-    cube_root = round(math.pow(n, 1.0 / 3.0)) if n > 0 else 1
-    return max(1, min(n, max(concurrency, cube_root)))
-
-
 def _resample(
     values: FloatArray, n_boot: int, rng: np.random.Generator, stat: Statistic, block: int
 ) -> FloatArray:
-    n = len(values)
-    block = max(1, min(block, n))
-    n_blocks = -(-n // block)
-    offsets = np.arange(block)
     out = np.empty(n_boot, dtype=np.float64)
-    step = max(1, _CHUNK_CELLS // max(n_blocks * block, 1))
-    for lo in range(0, n_boot, step):
-        hi = min(n_boot, lo + step)
-        starts = rng.integers(0, n - block + 1, size=(hi - lo, n_blocks))
-        idx = (starts[:, :, None] + offsets).reshape(hi - lo, n_blocks * block)[:, :n]
+    for lo, hi, idx in block_index_chunks(len(values), block, n_boot, rng):
         out[lo:hi] = stat(values[idx])
     return out
 

@@ -44,8 +44,23 @@ METRICS = ("ttft", "ttfct", "tpot", "itl", "e2el")
 UNFINISHED = "unfinished"
 
 # A completed request "ended inside reasoning" when it hit max_tokens with no answer token.
-# More than this share of a level's completed requests triggers the truncation guard.
-TRUNCATION_WARN_RATIO = 0.2
+# Above this share of a level's (or category's) completed requests, the level is flagged
+# everywhere: the truncation guard warns (summary.json's warnings, summary.md), ``compare``
+# does not compare its content measures (TTFCT), ``baseline export`` warns. One threshold:
+# when more than a fifth of the requests never reached their answer, the TTFCT median is the
+# median of a selected few, whichever reader shows it.
+TRUNCATED_SHARE_LIMIT = 0.2
+
+
+def truncated_share(truncated: int | None, completed: int | None) -> float | None:
+    """The truncated share: completed requests that ended inside reasoning at max_tokens /
+    completed (None: nothing completed, or a count unknown). The one definition: the sweep
+    writes it (``reasoning_truncated_ratio``), :mod:`specload.results.model` reads it."""
+    if truncated is None or not completed:
+        return None
+    return truncated / completed
+
+
 # Channel splits exact enough to state a finished reasoning's length as a fact.
 EXACT_SPLITS = frozenset({"exact", "usage-details"})
 
@@ -120,7 +135,7 @@ class Stats:
 
     @property
     def reasoning_truncated_ratio(self) -> float | None:
-        return self.reasoning_truncated / self.completed if self.completed else None
+        return truncated_share(self.reasoning_truncated, self.completed)
 
     # -- adding ---------------------------------------------------------------
     def add(self, r: RequestRecord) -> None:

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
 from specload.records.request import RequestRecord
-from specload.records.stats import TRUNCATION_WARN_RATIO, Stats
+from specload.records.stats import TRUNCATED_SHARE_LIMIT, Stats
+
+# defined in the model (the one reader of a result); re-exported for the demo's readers
+from specload.results.model import finite_number as finite_number  # noqa: PLC0414
+from specload.results.model import iso_seconds as iso_seconds  # noqa: PLC0414
+from specload.results.model import level_window as level_window  # noqa: PLC0414
 
 
 def as_record(item: RequestRecord | Mapping[str, Any]) -> RequestRecord:
@@ -29,37 +33,6 @@ USERS_HELD_MIN_RATIO = 0.95
 LONG_REQUEST_RATIO = 0.25
 # An open-loop level whose p99 send lateness is beyond this (ms) is flagged ``late_sends``.
 LATE_SEND_WARN_MS = 50.0
-
-
-def finite_number(value: Any) -> float | None:
-    """A JSON value as a float when it is a finite number (not a bool), else None: how every
-    reader of ``summary.json`` and the prediction's JSON takes a figure."""
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
-
-
-def iso_seconds(text: Any) -> float | None:
-    """An ISO 8601 timestamp as POSIX seconds (None: empty or not a timestamp)."""
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(str(text)).timestamp()
-    except ValueError:
-        return None
-
-
-def level_window(level: Mapping[str, Any]) -> tuple[float | None, float | None]:
-    """A ``summary.json`` level's measured window in wall-clock seconds: the sweep's own
-    floats (``window_start_s``/``window_end_s``) when the summary has them, else the ISO
-    ``window_started_at``/``window_ended_at`` (milliseconds); None where neither is known."""
-    start = finite_number(level.get("window_start_s"))
-    if start is None:
-        start = iso_seconds(level.get("window_started_at"))
-    end = finite_number(level.get("window_end_s"))
-    if end is None:
-        end = iso_seconds(level.get("window_ended_at"))
-    return start, end
 
 
 class LevelAggregate:
@@ -166,12 +139,12 @@ def _truncation_facts(stats: Stats) -> str:
 
 def truncation_warnings(stats: Stats, numbers: Mapping[str, Any]) -> list[str]:
     """The truncation guard's warnings for a set of requests (``numbers``: their
-    :meth:`Stats.result`): none unless more than :data:`TRUNCATION_WARN_RATIO` of the
+    :meth:`Stats.result`): none unless more than :data:`TRUNCATED_SHARE_LIMIT` of the
     completed ones ended inside reasoning. ``specload run`` gives them per level
     (:func:`assess_level`), plain Locust at the end of its run (``specload.load.plugin``)."""
     warnings: list[str] = []
     ratio = numbers.get("reasoning_truncated_ratio")
-    if ratio is not None and ratio > TRUNCATION_WARN_RATIO:
+    if ratio is not None and ratio > TRUNCATED_SHARE_LIMIT:
         warnings.append(
             f"{stats.reasoning_truncated} of {stats.completed} completed requests ended "
             f"inside reasoning at {_truncation_budgets(stats)}: no answer token measured "

@@ -35,7 +35,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, NullLocator
 
-from specload.results.aggregate import finite_number
+from specload.results.model import Figures, Level, Summary, as_summary
 from specload.results.writer import atomic_write_bytes
 
 PLOTS = (
@@ -87,68 +87,58 @@ class Chart:
     caveats: tuple[str, ...] = field(default=())
 
 
-def level_x(level: Mapping[str, Any]) -> float | None:
+def level_x(level: Level | Mapping[str, Any]) -> float | None:
     """A level's place on the x axis: its concurrency, else its request rate."""
-    concurrency = finite_number(level.get("concurrency"))
-    return concurrency if concurrency is not None else finite_number(level.get("request_rate"))
+    lv = level if isinstance(level, Level) else Level.from_dict(level)
+    return lv.load
 
 
 def level_label(x: float) -> str:
     return f"{x:g}"
 
 
-def x_axis(summaries: Sequence[Mapping[str, Any]]) -> tuple[str, tuple[float, ...], bool]:
+Summaries = Sequence[Summary | Mapping[str, Any]]
+
+
+def x_axis(summaries: Summaries) -> tuple[str, tuple[float, ...], bool]:
     """The x label, the measured levels of every summary, and whether the axis is log2
     (concurrency, all levels above zero)."""
-    open_loop = any(s.get("mode") == "open" for s in summaries)
-    levels = sorted(
-        {x for s in summaries for lv in s.get("levels", []) if (x := level_x(lv)) is not None}
-    )
+    runs = [as_summary(s) for s in summaries]
+    open_loop = any(s.mode == "open" for s in runs)
+    levels = sorted({x for s in runs for lv in s.levels if (x := lv.load) is not None})
     log2 = not open_loop and bool(levels) and all(x > 0 for x in levels)
     return ("request rate (1/s)" if open_loop else "concurrency"), tuple(levels), log2
 
 
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _stats(level: Mapping[str, Any], category: str) -> Mapping[str, Any]:
-    if category == "all":
-        return level
-    stats = (level.get("categories") or {}).get(category)
-    return stats if isinstance(stats, Mapping) else {}
-
-
-def categories(summaries: Sequence[Mapping[str, Any]]) -> list[str]:
+def categories(summaries: Summaries) -> list[str]:
     """``all``, then every category of any level, sorted."""
-    cats = {c for s in summaries for lv in s.get("levels", []) for c in lv.get("categories", {})}
+    cats = {c for s in summaries for c in as_summary(s).categories}
     return ["all", *sorted(cats)]
 
 
-def _summary_series(summary: Mapping[str, Any], key: str, band_key: str | None) -> list[Series]:
+def _summary_series(summary: Summary, key: str, band_key: str | None) -> list[Series]:
     levels = sorted(
-        (lv for lv in summary.get("levels", []) if level_x(lv) is not None),
-        key=lambda lv: level_x(lv) or 0.0,
+        (lv for lv in summary.levels if lv.load is not None), key=lambda lv: lv.load or 0.0
     )
-    variant = str(summary.get("variant"))
+    variant = str(summary.variant)
     out = []
     for cat in categories([summary]):
         points = []
         for level in levels:
-            stats = _stats(level, cat)
-            y = finite_number(stats.get(key))
-            x = level_x(level)
+            stats = level.category(cat) or Figures()
+            y = stats.figure(key)
+            x = level.load
             if y is None or x is None:
                 continue
-            high = finite_number(stats.get(band_key)) if band_key else None
+            high = stats.figure(band_key) if band_key else None
             points.append(
                 Point(
                     x,
                     y,
-                    n=_count(stats.get("completed")),
+                    n=stats.completed,
                     low=y if high is not None else None,
                     high=high,
-                    truncated=_count(stats.get("reasoning_truncated")),
+                    truncated=stats.reasoning_truncated or 0,
                 )
             )
         out.append(Series(variant, cat, tuple(points)))
@@ -159,23 +149,22 @@ def _wrap(text: str, width_in: float) -> str:
     return textwrap.fill(text, width=max(40, int(width_in * 13)))
 
 
-def summary_caveats(
-    summaries: Sequence[Mapping[str, Any]], labels: Sequence[str] | None = None
-) -> list[str]:
+def summary_caveats(summaries: Summaries, labels: Sequence[str] | None = None) -> list[str]:
     """The figure's notes: per run, the levels where requests hit max_tokens while reasoning
     (``reasoning_truncated`` of ``completed``), and the simulator's time scale
     (``server_time_scale``) — a run on the simulator reads its times divided by it."""
-    names = list(labels) if labels is not None else [str(s.get("variant")) for s in summaries]
-    several = len(summaries) > 1
+    runs = [as_summary(s) for s in summaries]
+    names = list(labels) if labels is not None else [str(s.variant) for s in runs]
+    several = len(runs) > 1
     out: list[str] = []
-    for summary, name in zip(summaries, names, strict=True):
+    for summary, name in zip(runs, names, strict=True):
         cut = []
-        for level in summary.get("levels", []):
-            count = _count(level.get("reasoning_truncated"))
+        for level in summary.levels:
+            count = level.figures.reasoning_truncated or 0
             if count > 0:
-                x = level_x(level)
-                label = level.get("name") or (level_label(x) if x is not None else "?")
-                cut.append(f"{label} {count} of {_count(level.get('completed'))}")
+                x = level.load
+                label = level.name or (level_label(x) if x is not None else "?")
+                cut.append(f"{label} {count} of {level.figures.completed}")
         if cut:
             who = f"{name}: " if several else ""
             out.append(
@@ -183,7 +172,7 @@ def summary_caveats(
                 + ", ".join(cut)
                 + " completed; they measure reasoning cut at max_tokens, not answers"
             )
-    scales = [finite_number(s.get("server_time_scale")) for s in summaries]
+    scales = [s.server_time_scale for s in runs]
     known = [scale for scale in scales if scale is not None]
     if not known:  # a real server (or a summary from before server_time_scale)
         return out
@@ -209,14 +198,15 @@ def summary_caveats(
     return out
 
 
-def run_charts(summaries: Sequence[Mapping[str, Any]], prefix: str = "") -> list[Chart]:
+def run_charts(summaries: Summaries, prefix: str = "") -> list[Chart]:
     """The charts of :data:`PLOTS` for ``summaries`` (one run, or several to set side by side)."""
-    xlabel, levels, log2 = x_axis(summaries)
-    caveats = tuple(summary_caveats(summaries))
+    runs = [as_summary(s) for s in summaries]
+    xlabel, levels, log2 = x_axis(runs)
+    caveats = tuple(summary_caveats(runs))
     charts = []
     for key, ylabel, name in PLOTS:
         band_key = TPOT_BAND_KEY if key == "median_tpot_ms" else None
-        series = tuple(s for summary in summaries for s in _summary_series(summary, key, band_key))
+        series = tuple(s for summary in runs for s in _summary_series(summary, key, band_key))
         has_band = any(p.high is not None for s in series for p in s.points)
         charts.append(
             Chart(
@@ -391,16 +381,12 @@ def save_figure(fig: Figure, path: Path) -> Path:
     return path
 
 
-def run_figures(
-    summaries: Sequence[Mapping[str, Any]], prefix: str = ""
-) -> list[tuple[str, Figure]]:
+def run_figures(summaries: Summaries, prefix: str = "") -> list[tuple[str, Figure]]:
     """(file name, figure) per measure of :data:`PLOTS`, as :func:`write_plots` saves them."""
     return [(chart.name, draw_chart(chart)) for chart in run_charts(summaries, prefix)]
 
 
-def write_plots(
-    summaries: Sequence[Mapping[str, Any]], out_dir: Path, prefix: str = ""
-) -> list[Path]:
+def write_plots(summaries: Summaries, out_dir: Path, prefix: str = "") -> list[Path]:
     """One PNG per measure: a panel for all requests and a panel per category."""
     return [save_figure(fig, out_dir / name) for name, fig in run_figures(summaries, prefix)]
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+from specload.results.model import Figures, Level, Summary, as_summary
 
 
 def fmt(value: Any, digits: int = 1) -> str:
@@ -18,10 +20,10 @@ def fmt(value: Any, digits: int = 1) -> str:
     return str(value)
 
 
-def level_label(level: Mapping[str, Any]) -> str:
-    if level.get("concurrency") is not None:
-        return f"{level['concurrency']}"
-    return f"{fmt(level.get('request_rate'), 2)}/s"
+def level_label(level: Level) -> str:
+    if level.concurrency is not None:
+        return f"{level.concurrency}"
+    return f"{fmt(level.request_rate, 2)}/s"
 
 
 def share(value: Any) -> str:
@@ -31,11 +33,8 @@ def share(value: Any) -> str:
     return f"{value * 100:.0f}%"
 
 
-def _truncated(stats: Mapping[str, Any]) -> str:
-    count = stats.get("reasoning_truncated")
-    ratio = stats.get("reasoning_truncated_ratio")
-    if ratio is None and isinstance(count, int) and stats.get("completed"):
-        ratio = count / stats["completed"]
+def _truncated(stats: Figures) -> str:
+    count, ratio = stats.reasoning_truncated, stats.truncated_share
     if count is None:
         return "-"
     return f"{count} ({share(ratio)})" if ratio is not None else str(count)
@@ -62,9 +61,9 @@ def _verdict(value: Any) -> str:
     return "-" if value is None else ("yes" if value else "**no**")
 
 
-def _spec_lines(load: str, levels: Any) -> list[str]:
+def _spec_lines(load: str, levels: Sequence[Level]) -> list[str]:
     """The levels' speculative decoding from the requests' own counts, when any carried them."""
-    rows = [(level, level.get("spec_decode")) for level in levels]
+    rows = [(level, level.figures.spec_decode) for level in levels]
     if not any(sd for _, sd in rows):
         return []
     lines = [
@@ -83,48 +82,45 @@ def _spec_lines(load: str, levels: Any) -> list[str]:
     for level, sd in rows:
         if not sd:
             continue
-        parts = [sd.get(c) or {} for c in ("reasoning", "content")]
+        parts = [sd.reasoning, sd.content]
         lines.append(
-            f"| {level_label(level)} | {fmt(sd.get('requests'))} "
-            f"| {_pct(sd.get('acceptance_rate'))} "
-            f"| {_pct(sd.get('acceptance_rate_request_mean'))} "
-            f"| {fmt(sd.get('mean_acceptance_length'), 2)} "
-            + "".join(f"| {_pct(p.get('acceptance_rate'))} " for p in parts)
-            + f"| {fmt(sd.get('ideal_speedup'), 2)} "
-            f"| {_verdict(level.get('spec_decode_reconciled'))} |"
+            f"| {level_label(level)} | {fmt(sd.requests)} "
+            f"| {_pct(sd.acceptance_rate)} "
+            f"| {_pct(sd.acceptance_rate_request_mean)} "
+            f"| {fmt(sd.mean_acceptance_length, 2)} "
+            + "".join(f"| {_pct(p.acceptance_rate if p else None)} " for p in parts)
+            + f"| {fmt(sd.ideal_speedup, 2)} "
+            f"| {_verdict(level.spec_decode_reconciled)} |"
         )
     return lines
 
 
-def summary_markdown(summary: Mapping[str, Any]) -> str:
-    load = "concurrency" if summary.get("mode", "closed") == "closed" else "request rate"
-    levels = summary.get("levels", [])
-    status = summary.get("status")
+def summary_markdown(summary: Summary | Mapping[str, Any]) -> str:
+    run = as_summary(summary)
+    load = "concurrency" if run.mode == "closed" else "request rate"
+    levels = run.levels
+    status = run.status
     lines = [
-        f"# specload run: {summary.get('variant')}",
+        f"# specload run: {run.variant}",
         "",
-        f"- host: {summary.get('host')}  model: {summary.get('model')}  "
-        f"server: {summary.get('server_version') or '?'}",
-        f"- started {summary.get('started_at')}, ended {summary.get('ended_at') or '-'}, "
-        f"status **{status}**"
+        f"- host: {run.host}  model: {run.model}  server: {run.server_version or '?'}",
+        f"- started {run.started_at}, ended {run.ended_at or '-'}, status **{status}**"
         + (f" — {_STATUS_NOTES[str(status)]}" if str(status) in _STATUS_NOTES else ""),
     ]
-    if summary.get("stop_reason"):
-        lines.append(f"- stop reason: {summary.get('stop_reason')}")
-    warnings = [
-        (level_label(level), str(w)) for level in levels for w in level.get("warnings") or []
-    ]
+    if run.stop_reason:
+        lines.append(f"- stop reason: {run.stop_reason}")
+    warnings = [(level_label(level), w) for level in levels for w in level.warnings]
     flagged = [
-        (level_label(level), ", ".join(str(f) for f in level["flags"]))
+        (level_label(level), ", ".join(level.flags))
         for level in levels
-        if level.get("flags") and not level.get("warnings")
+        if level.flags and not level.warnings
     ]
     if warnings or flagged:
         lines += ["", "## Warnings", ""]
         lines += [f"- {load} {label}: {w}" for label, w in warnings]
         lines += [f"- {load} {label}: flagged {f}" for label, f in flagged]
     # tool calls: a column of their own when any level has some (means per request)
-    tools = any((level.get("total_tool_tokens") or 0) > 0 for level in levels)
+    tools = any(level.figures.total_tool_tokens > 0 for level in levels)
     lines += [
         "",
         "## Levels",
@@ -139,51 +135,49 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
         "|---" * (15 + tools) + "|",
     ]
     for level in levels:
-        server = level.get("server") or {}
-        acc = server.get("spec_decode_acceptance_rate")
-        tool = f"| {fmt(level.get('mean_tool_tokens'))} " if tools else ""
+        f = level.figures
+        acc = level.acceptance.rate
+        tool = f"| {fmt(f.mean_tool_tokens)} " if tools else ""
         lines.append(
-            f"| {level_label(level)}{'' if level.get('complete', True) else ' (partial)'} "
-            f"| {fmt(level.get('completed'))} | {fmt(level.get('failed'))} "
-            f"| {fmt(level.get('unfinished'))} | {fmt(level.get('output_throughput'))} "
-            f"| {fmt(level.get('median_tpot_ms'), 2)} | {fmt(level.get('p90_tpot_ms'), 2)} "
-            f"| {fmt(level.get('median_ttft_ms'))} | {fmt(level.get('median_ttfct_ms'))} "
-            f"| {fmt(level.get('mean_reasoning_tokens'))} "
-            f"| {fmt(level.get('mean_content_tokens'))} {tool}"
-            f"| {_truncated(level)} | {fmt(level.get('mean_tokens_per_chunk'), 2)} "
+            f"| {level_label(level)}{'' if level.complete else ' (partial)'} "
+            f"| {fmt(f.completed)} | {fmt(f.failed)} "
+            f"| {fmt(f.unfinished)} | {fmt(f.output_throughput)} "
+            f"| {fmt(f.median_tpot_ms, 2)} | {fmt(f.p90_tpot_ms, 2)} "
+            f"| {fmt(f.ms('median', 'ttft'))} | {fmt(f.ms('median', 'ttfct'))} "
+            f"| {fmt(f.mean_reasoning_tokens)} "
+            f"| {fmt(f.mean_content_tokens)} {tool}"
+            f"| {_truncated(f)} | {fmt(f.mean_tokens_per_chunk, 2)} "
             f"| {fmt(acc, 3) if acc is not None else '-'} "
-            f"| {', '.join(str(f) for f in level.get('flags') or []) or '-'} |"
+            f"| {', '.join(level.flags) or '-'} |"
         )
     lines += ["", "## Per category (n / median TPOT ms / output tok/s / truncated)", ""]
-    cats = sorted({c for level in levels for c in level.get("categories", {})})
+    cats = run.categories
     if cats:
         lines.append(f"| {load} | " + " | ".join(cats) + " |")
         lines.append("|---" * (len(cats) + 1) + "|")
-        for level in summary.get("levels", []):
+        for level in levels:
             cells = []
             for cat in cats:
-                c = level.get("categories", {}).get(cat)
+                c = level.categories.get(cat)
                 if c is None:
                     cells.append("-")
                     continue
                 cells.append(
-                    f"{fmt(c.get('completed'))} / {fmt(c.get('median_tpot_ms'), 2)} / "
-                    f"{fmt(c.get('output_throughput'))} / "
-                    f"{share(c.get('reasoning_truncated_ratio'))}"
+                    f"{fmt(c.completed)} / {fmt(c.median_tpot_ms, 2)} / "
+                    f"{fmt(c.output_throughput)} / {share(c.truncated_share)}"
                 )
             lines.append(f"| {level_label(level)} | " + " | ".join(cells) + " |")
     lines += _spec_lines(load, levels)
-    outages = [(level, o) for level in summary.get("levels", []) for o in level.get("outages", [])]
+    outages = [(level, o) for level in levels for o in level.outages]
     if outages:
         lines += ["", "## Outages", "", "| level | start | end | seconds |", "|---|---|---|---|"]
         for level, o in outages:
             lines.append(
-                f"| {level_label(level)} | {o['start']} | {o.get('end') or '-'} "
-                f"| {fmt(o.get('duration_s'))} |"
+                f"| {level_label(level)} | {o.start} | {o.end or '-'} | {fmt(o.duration_s)} |"
             )
     errors: dict[str, int] = {}
-    for level in summary.get("levels", []):
-        for kind, n in level.get("errors", {}).items():
+    for level in levels:
+        for kind, n in level.figures.errors.items():
             errors[kind] = errors.get(kind, 0) + n
     if errors:
         lines += ["", "## Errors", ""]

@@ -1,4 +1,4 @@
-"""``specload baseline export``: the file, and the warning on a mostly truncated baseline."""
+"""``specload baseline export``: the file, and the warning on a truncated baseline."""
 
 from __future__ import annotations
 
@@ -58,4 +58,4 @@ def test_truncation_counted_without_the_ratio_and_running_run_warned(tmp_path):
     warnings = export_warnings(summary, "results/x")
     assert len(warnings) == 2
     assert "status running" in warnings[0] and "specload results repair results/x" in warnings[0]
-    assert warnings[1].startswith("1 of 1 levels of results/x mostly truncated (c1 60%")
+    assert warnings[1].startswith("1 of 1 levels of results/x truncated (c1 60%")

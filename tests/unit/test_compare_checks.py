@@ -222,8 +222,8 @@ def test_truncated_side_marks_content_measures_not_comparable(tmp_path):
     assert "ngram's completed requests" in warning and "ngram 80%" in warning
     text = comparison_markdown(comp)
     assert "Requests ended inside reasoning at max_tokens: ngram: 80%" in text
-    # at or below the documented share: compared
-    c = make_run(tmp_path / "c", "ngram", 13.6 * 1.2, levels=(1,), seed=2, truncated=0.5)
+    # at or below the one limit (TRUNCATED_SHARE_LIMIT, 0.2): compared
+    c = make_run(tmp_path / "c", "ngram", 13.6 * 1.2, levels=(1,), seed=2, truncated=0.2)
     comp = compare_runs([load_run(a), load_run(c)], n_boot=200)
     assert comp.levels[0].cells[(ALL, "ttfct")].verdicts[1] != TRUNCATED
 

@@ -1,0 +1,242 @@
+"""The one typed reader of a result (:mod:`specload.results.model`): each definition pinned
+by a case worked by hand, ``read`` against the schema and the fixtures' results, and the
+readers (summary.md, compare, the HTML report, predict) showing one figure per level."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import jsonschema
+import numpy as np
+import orjson
+import pytest
+
+from specload.results import summary_schema
+from specload.results.bootstrap import block_indices, block_length, row_median
+from specload.results.model import (
+    FASTER,
+    SAME,
+    SLOWER,
+    SOURCE_CLIENT,
+    SOURCE_SERVER,
+    TOO_FEW,
+    TRUNCATED_SHARE_LIMIT,
+    Figures,
+    Level,
+    from_dict,
+    median,
+    read,
+    verdict,
+)
+from tests.fixtures.results import make_run
+
+pytestmark = pytest.mark.unit
+
+
+# -- 1. the truncated share, one threshold ----------------------------------------------------
+
+
+def test_truncated_share_worked_by_hand() -> None:
+    # 7 completed requests, 2 ended inside reasoning at max_tokens: 2/7 = 0.2857 > 0.2
+    f = Figures.from_dict({"completed": 7, "reasoning_truncated": 2})
+    assert f.truncated_share == pytest.approx(2 / 7)
+    assert f.truncated  # above the one limit
+    # the written ratio wins over the counts (the sweep's own figure)
+    assert (
+        Figures.from_dict(
+            {"completed": 7, "reasoning_truncated": 2, "reasoning_truncated_ratio": 0.25}
+        ).truncated_share
+        == 0.25
+    )
+    # 1 of 5 = 0.2: at the limit, not above it: not flagged
+    assert TRUNCATED_SHARE_LIMIT == 0.2
+    assert not Figures.from_dict({"completed": 5, "reasoning_truncated": 1}).truncated
+    # nothing completed, or no count: unknown
+    assert Figures.from_dict({"completed": 0, "reasoning_truncated": 0}).truncated_share is None
+    assert Figures.from_dict({"completed": 4}).truncated_share is None
+
+
+# -- 2. a level's acceptance ------------------------------------------------------------------
+
+
+def test_acceptance_server_counters_else_the_client_else_none_with_the_reason() -> None:
+    # the server accepted 30 of 40 draft tokens in 20 verify steps: rate 30/40 = 0.75,
+    # mean acceptance length 1 + 30/20 = 2.5
+    server = {
+        "spec_decode_num_drafts": 20,
+        "spec_decode_num_draft_tokens": 40,
+        "spec_decode_num_accepted_tokens": 30,
+        "spec_decode_acceptance_rate": 0.75,
+        "spec_decode_mean_acceptance_length": 2.5,
+    }
+    # the requests' own counts: 12 of 24 drafts in 8 steps: 0.5, 1 + 12/8 = 2.5 ... length 2.5
+    client = {
+        "requests": 6,
+        "drafts": 8,
+        "draft_tokens": 24,
+        "accepted_tokens": 12,
+        "acceptance_rate": 0.5,
+        "mean_acceptance_length": 2.5,
+    }
+    both = Level.from_dict(
+        {"name": "c1", "concurrency": 1, "server": server, "spec_decode": client}
+    ).acceptance
+    assert (both.rate, both.mean_length, both.source) == (0.75, 2.5, SOURCE_SERVER)
+    alone = Level.from_dict(
+        {"name": "c1", "concurrency": 1, "server": {}, "spec_decode": client}
+    ).acceptance
+    assert (alone.rate, alone.mean_length, alone.source) == (0.5, 2.5, SOURCE_CLIENT)
+    none = Level.from_dict({"name": "c1", "concurrency": 1, "server": {"error": "timeout"}})
+    assert none.acceptance.rate is None and "timeout" in (none.acceptance.reason or "")
+
+
+# -- 3. the median ----------------------------------------------------------------------------
+
+
+def test_lower_median_worked_by_hand() -> None:
+    # [4, 1, 3, 2] sorted is [1, 2, 3, 4]; rank floor(0.5 * 3) = 1: the lower median 2
+    assert median([4, 1, 3, 2]) == 2.0
+    assert median([5, 1, 3]) == 3.0
+    assert median([]) is None
+    # the bootstrap's per-resample median is the same rule
+    assert row_median(np.array([[4.0, 1.0, 3.0, 2.0]]))[0] == 2.0
+
+
+# -- 4. the median's interval: the moving-block bootstrap -------------------------------------
+
+
+def test_block_bootstrap_keeps_runs_of_consecutive_requests() -> None:
+    # 6 requests in start order, blocks of 3: each resample is 2 runs of 3 consecutive
+    # indices, each run starting at 0..3 (n - block): e.g. [2,3,4, 0,1,2]
+    rng = np.random.default_rng(0)
+    idx = block_indices(6, 3, 500, rng)
+    assert idx.shape == (500, 6)
+    for row in idx:
+        for run in (row[:3], row[3:]):
+            assert 0 <= run[0] <= 3 and list(run) == [run[0], run[0] + 1, run[0] + 2]
+    starts = {int(row[0]) for row in idx}
+    assert starts == {0, 1, 2, 3}  # every start drawn
+    # the series 1..6: a resample's lower median lies in [1, 5] and each block's values are
+    # consecutive, so the medians of resamples of [1..6] run from 2 (blocks 0,0: [1,2,3,1,2,3])
+    # to 5 (blocks 3,3: [4,5,6,4,5,6])
+    values = np.arange(1.0, 7.0)
+    meds = row_median(values[idx])
+    assert meds.min() == 2.0 and meds.max() == 5.0
+    # block length: at least the concurrency, about n^(1/3)
+    assert block_length(1000, 1) == 10 and block_length(1000, 16) == 16 and block_length(5, 8) == 5
+
+
+# -- 5. the verdict ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("rel", "low", "high", "lower_is_better", "want"),
+    [
+        (-0.10, -0.15, -0.05, True, FASTER),  # interval below zero, 10% >= 5%
+        (+0.10, +0.05, +0.15, True, SLOWER),
+        (+0.10, +0.05, +0.15, False, FASTER),  # tok/s: higher is better
+        (-0.02, -0.03, -0.01, True, SAME),  # excludes zero but under the 5% floor
+        (-0.10, -0.20, +0.01, True, SAME),  # the interval crosses zero
+        (-0.10, None, None, True, TOO_FEW),  # no interval
+    ],
+)
+def test_verdict_each_branch(
+    rel: float, low: float | None, high: float | None, lower_is_better: bool, want: str
+) -> None:
+    got = verdict(rel, low, high, min_difference=0.05, lower_is_better=lower_is_better)
+    assert got == want
+
+
+# -- read: the schema and the fixtures' results -----------------------------------------------
+
+
+def test_read_matches_the_schema_and_the_written_figures(tmp_path: Path) -> None:
+    d = make_run(tmp_path / "a", "ngram", 13.6, levels=(1, 4), n=40, truncated=0.25, acceptance=0.6)
+    raw = orjson.loads((d / "summary.json").read_bytes())
+    jsonschema.validate(raw, summary_schema())
+    s = read(d)
+    assert s.variant == "ngram" and s.status == "complete" and s.path == d
+    assert s.level_names == [lv["name"] for lv in raw["levels"]]
+    for level, lv in zip(s.levels, raw["levels"], strict=True):
+        assert level.concurrency == lv["concurrency"]
+        assert level.figures.completed == lv["completed"]
+        assert level.figures.median_tpot_ms == lv["median_tpot_ms"]
+        assert level.figures.truncated_share == lv["reasoning_truncated_ratio"]
+        assert level.acceptance.rate == 0.6
+        assert level.window == (
+            pytest.approx(_iso(lv["window_started_at"])),
+            pytest.approx(_iso(lv["window_ended_at"])),
+        )
+        for cat, stats in lv["categories"].items():
+            assert level.categories[cat].figure("p90_tpot_ms") == stats["p90_tpot_ms"]
+    assert s.planned_window == (10.0, 60.0, None)
+    assert from_dict(raw) == s.__class__(**{**s.__dict__, "path": None})
+
+
+def _iso(text: str) -> float:
+    from datetime import datetime  # noqa: PLC0415
+
+    return datetime.fromisoformat(text).timestamp()
+
+
+# -- every reader shows the same acceptance and truncated share -------------------------------
+
+
+def _spec_run(tmp_path: Path) -> tuple[Path, Path]:
+    """A baseline and a speculative variant: at c1 the variant's server block has the
+    counters (30 of 40: 0.75), at c4 only the requests carried counts (0.5); 30% truncated."""
+    base = make_run(tmp_path / "base", "baseline", 13.6, levels=(1, 4), n=40)
+    var = make_run(tmp_path / "var", "ngram", 11.0, levels=(1, 4), n=40, seed=2, truncated=0.3)
+    summary = orjson.loads((var / "summary.json").read_bytes())
+    summary["levels"][0]["server"] = {
+        "spec_decode_num_drafts": 20,
+        "spec_decode_num_draft_tokens": 40,
+        "spec_decode_num_accepted_tokens": 30,
+        "spec_decode_acceptance_rate": 0.75,
+        "spec_decode_mean_acceptance_length": 2.5,
+    }
+    summary["levels"][1]["spec_decode"] = {
+        "requests": 40,
+        "drafts": 8,
+        "draft_tokens": 24,
+        "accepted_tokens": 12,
+        "acceptance_rate": 0.5,
+        "mean_acceptance_length": 2.5,
+        "source": {"server": 40},
+    }
+    (var / "summary.json").write_bytes(orjson.dumps(summary))
+    return base, var
+
+
+def test_summary_md_and_compare_show_the_models_acceptance_and_share(tmp_path: Path) -> None:
+    from specload.compare.model import ALL, compare_runs, load_run  # noqa: PLC0415
+    from specload.results.report import summary_markdown  # noqa: PLC0415
+
+    base, var = _spec_run(tmp_path)
+    model = read(var)
+    want_rate = {lv.name: lv.acceptance.rate for lv in model.levels}
+    want_share = {lv.name: lv.figures.truncated_share for lv in model.levels}
+    assert want_rate == {"c1": 0.75, "c4": 0.5}
+    assert want_share == {"c1": pytest.approx(0.3), "c4": pytest.approx(0.3)}
+
+    comp = compare_runs([load_run(base), load_run(var)], n_boot=50)
+    for level in comp.levels:
+        assert level.acceptance[1] == want_rate[level.name]
+        assert level.truncated[1][ALL] == want_share[level.name]
+        assert comp.truncated_share == TRUNCATED_SHARE_LIMIT
+
+    text = summary_markdown(model)
+    assert "| 0.750 |" in text and "| 0.500 |" in text
+    assert "12 (30%)" in text  # 12 of 40 truncated
+
+
+def test_model_is_light() -> None:
+    # the model imports no numpy (every reader, even the exporter's, can take it)
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    code = "import sys, specload.results.model; print('numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+    assert math.isfinite(TRUNCATED_SHARE_LIMIT)
