@@ -58,6 +58,8 @@ from specload.commands.demo.verdicts import verdicts
 from specload.durations import parse_duration
 from specload.errors import UsageError
 from specload.results.writer import prepare_out_dir
+from specload.stack.control import part_health
+from specload.stack.state import load
 
 STAGES: list[Stage] = [
     stack_up,
@@ -163,9 +165,6 @@ OUTPUTS = (
 
 def _clear_previous(out: Path) -> None:
     """Remove a previous demo's outputs from ``out`` (results files are appended to)."""
-    from specload.commands.stack import part_health  # noqa: PLC0415
-    from specload.stack.state import load  # noqa: PLC0415
-
     state_dir = out / "stack"
     previous = load(state_dir)
     if previous is not None and any(part_health(p) != "stopped" for p in previous.parts):

@@ -9,8 +9,8 @@ import httpx
 
 from specload.commands.demo.constants import RELOAD_AS, SERVER
 from specload.commands.demo.context import DemoContext, _wait_for
-from specload.commands.demo.stack import _stack
 from specload.errors import UsageError
+from specload.stack import control
 
 # --- 5. reload watched in Prometheus ------------------------------------------------------------
 
@@ -46,7 +46,7 @@ def reload_watched(ctx: DemoContext) -> None:
     )
     sel = f'{{variant="{SERVER}"}}'
     reloads_before = ctx.prom.value(f"specload_target_reloads_total{sel}") or 0.0
-    code = _stack("reload", SERVER, "--as", RELOAD_AS, "--state-dir", str(ctx.state_dir))
+    code = control.reload(ctx.state_dir, SERVER, RELOAD_AS)
     if code != 0:
         raise UsageError("demo: stack reload failed", exit_code=1)
     t0, t0_wall = time.monotonic(), time.time()

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import httpx
@@ -11,28 +10,21 @@ import httpx
 from specload.commands.demo.constants import HOST, SERVER, TPOT_ALERT
 from specload.commands.demo.context import DemoContext, _wait_for
 from specload.commands.demo.webhook import WebhookReceiver, _webhook_url
+from specload.durations import parse_duration
 from specload.errors import UsageError
 from specload.promapi import PrometheusAPI
+from specload.stack import control
+from specload.stack.configs import use_rule_profile
+from specload.stack.plan import StackOptions, find_repo
 from specload.stack.rules import DEMO, DEMO_TIME_SCALE, duration_s
+from specload.stack.state import load
 from specload.sweep.ports import free_port
-
-
-def _stack(*argv: str) -> int:
-    """``specload stack ARGV…`` in this process (its output goes to ours)."""
-    from specload.commands import stack as stack_cli  # noqa: PLC0415
-
-    parser = argparse.ArgumentParser(prog="specload stack")
-    stack_cli.add_arguments(parser)
-    return stack_cli.run(parser.parse_args(list(argv)))
-
 
 # --- 1. stack up ------------------------------------------------------------------------------
 
 
 def _switch_rules(ctx: DemoContext, repo: Path) -> list[str]:
     """The stack's Prometheus on the demo profile of the rules, checked by asking it."""
-    from specload.stack.configs import use_rule_profile  # noqa: PLC0415
-
     patterns = use_rule_profile(ctx.state_dir, repo, DEMO)
     url = str(ctx.stack["prometheus"]["url"])
     httpx.post(url + "/-/reload", timeout=30).raise_for_status()
@@ -60,34 +52,26 @@ def stack_up(ctx: DemoContext) -> None:
         "~30 min for the 1T-parameter reference model), the exporter, Prometheus with the "
         "demo profile of the rules, Alertmanager"
     )
-    from specload.stack.plan import find_repo  # noqa: PLC0415
-    from specload.stack.state import load  # noqa: PLC0415
-
     repo = find_repo()
     ctx.webhook = WebhookReceiver(_webhook_url(repo))
     busy = ctx.webhook.start()
     ctx.loadgen_address = f"{HOST}:{free_port(HOST)}"
     ctx.baseline_file = ctx.out / "baseline" / "baseline.json"
+    options = StackOptions(
+        state_dir=ctx.state_dir,
+        repo=repo,
+        variants=(SERVER,),
+        free_ports=True,
+        load_time_s=args.load_time_s,
+        time_scale=args.time_scale,
+        scrape_interval_s=parse_duration(
+            args.scrape_interval, name="--scrape-interval", allow_zero=False
+        ),
+        baselines=(ctx.baseline_file,),
+    )
     ctx.stack_running = True  # from here on, a failure or Ctrl-C runs `stack down`
     try:
-        code = _stack(
-            "up",
-            "--state-dir",
-            str(ctx.state_dir),
-            "--variants",
-            SERVER,
-            "--free-ports",
-            "--load-time",
-            f"{args.load_time_s:g}s",
-            "--time-scale",
-            f"{args.time_scale:g}",
-            "--scrape-interval",
-            args.scrape_interval,
-            "--baseline",
-            str(ctx.baseline_file),
-            "--timeout",
-            "120s",
-        )
+        code = control.up(options, timeout_s=120)
     except UsageError:
         ctx.stack_running = False  # refused before starting anything
         raise
@@ -182,5 +166,5 @@ def _down(ctx: DemoContext) -> None:
     ctx.stack_running = False
     if ctx.prometheus is not None:
         ctx.prometheus.close()
-    _stack("down", "--state-dir", str(ctx.state_dir))
+    control.down(ctx.state_dir)
     ctx.record("stack_down", True)
