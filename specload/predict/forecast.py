@@ -44,6 +44,10 @@ from specload.predict.stepcost import (
 )
 from specload.predict.terms import HOST, Given, Padding, Term, draw, padding_for, terms_for
 from specload.records.tokens import TokenRecord
+from specload.results.bootstrap import block_indices, block_length
+from specload.results.model import SAME
+from specload.results.model import median as lower_median
+from specload.results.model import verdict as one_verdict
 
 DEFAULT_MIN_DIFFERENCE = 0.05
 # Fewest requests of one category at concurrency 1 for a point of its own in the fit.
@@ -264,16 +268,22 @@ class TpotModel:
         confidence: float,
         rng: np.random.Generator,
         baseline_ms: float | None = None,
+        concurrency: int = 1,
     ) -> tuple[float, float, float, float | None]:
         """(median, low, high, p_faster) of the TPOT median: the fit's error x the request
         sample x the terms' ranges (each drawn triangular over low..high, its mode at the
-        estimate); p_faster: the share of draws whose median is below ``baseline_ms``."""
+        estimate); p_faster: the share of draws whose median is below ``baseline_ms``.
+
+        The requests ran ``concurrency`` at a time and shared their batches, so they are
+        resampled in blocks of consecutive requests (placement order), the moving-block
+        bootstrap of ``compare`` (:mod:`specload.results.bootstrap`): one by one, the
+        interval would be too narrow for a closed loop."""
         est = median(self.predicted_ms(fit.coef))
         r = self.requests
         if r == 0:
             return est, est, est, None
         coefs = fit.sample_coefs(rng, n_boot)  # (B, 3)
-        pick = rng.integers(0, r, size=(n_boot, r))
+        pick = block_indices(r, block_length(r, concurrency), n_boot, rng)
         feats = self.features[pick]  # (B, R, 3)
         num = np.einsum("brk,bk->br", feats, coefs) + self.extra[pick]
         if self.pad_tokens is not None and self.pad_extra is not None:
@@ -296,20 +306,22 @@ class TpotModel:
 
 
 def median(values: np.ndarray) -> float:
-    """The exact sample median by specload's rank rule ⌊0.5·(n-1)⌋."""
-    v = np.sort(np.asarray(values, dtype=float))
-    return float(v[(len(v) - 1) // 2]) if len(v) else math.nan
+    """The lower median (:func:`specload.results.model.median`), NaN when empty."""
+    m = lower_median(np.asarray(values, dtype=float).tolist())
+    return math.nan if m is None else m
+
+
+# The forecast's word for the model's SAME (its JSON and Markdown say "within noise").
+WITHIN_NOISE = "within noise"
 
 
 def verdict(baseline_ms: float, est: float, low: float, high: float, floor: float) -> str:
-    """faster / slower / within noise: the interval excludes the baseline and the difference
-    is at least ``floor`` (relative)."""
+    """The one rule (:func:`specload.results.model.verdict`) on the predicted median against
+    the baseline's: faster / slower when the interval excludes the baseline and the
+    difference is at least ``floor`` (relative), else within noise."""
     rel = est / baseline_ms - 1.0
-    if high < baseline_ms and rel <= -floor:
-        return "faster"
-    if low > baseline_ms and rel >= floor:
-        return "slower"
-    return "within noise"
+    said = one_verdict(rel, low / baseline_ms - 1.0, high / baseline_ms - 1.0, min_difference=floor)
+    return WITHIN_NOISE if said == SAME else said
 
 
 # --------------------------------------------------------------------------- the forecast
@@ -677,6 +689,7 @@ def forecast(
                 confidence=opts.confidence,
                 rng=rng,
                 baseline_ms=baseline_ms,
+                concurrency=c,
             )
             results[kk] = KResult(
                 k=kk,

@@ -21,6 +21,7 @@ import orjson
 
 from simulator.ngram import RequestReplay
 from specload.records.tokens import TokenRecord, write_tokens
+from specload.results.model import median
 
 # Copy probability of an output segment per category: reasoning repeats little,
 # structured output and code more.
@@ -134,11 +135,6 @@ def level_tpots(
     return np.asarray(span[keep] / (sched.output_len[keep] - 1)), throughput
 
 
-def _median(values: Sequence[float] | np.ndarray) -> float | None:
-    v = sorted(float(x) for x in values)
-    return v[(len(v) - 1) // 2] if v else None
-
-
 def write_synthetic_baseline(
     path: str | Path,
     records: Sequence[TokenRecord],
@@ -164,7 +160,7 @@ def write_synthetic_baseline(
         keep = [r for r in recs if len(r.output_ids) > 1]
         for cat in sorted({r.category for r in keep}):
             vals = [t for r, t in zip(keep, tp, strict=True) if r.category == cat]
-            cats[cat] = {"completed": len(vals), "median_tpot_ms": _median(vals)}
+            cats[cat] = {"completed": len(vals), "median_tpot_ms": median(vals)}
         entries.append(
             {
                 "name": f"c{c}",
@@ -173,7 +169,7 @@ def write_synthetic_baseline(
                 "complete": True,
                 "completed": len(recs),
                 "failed": 0,
-                "median_tpot_ms": _median(tp),
+                "median_tpot_ms": median(tp.tolist()),
                 "output_throughput": throughput,
                 "planned_requests": len(recs) if requests_mode else None,
                 "planned_duration_s": None if requests_mode else 60.0,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import numpy as np
@@ -240,3 +241,34 @@ def test_model_is_light() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
     assert math.isfinite(TRUNCATED_SHARE_LIMIT)
+
+
+def test_the_forecasts_interval_is_the_block_bootstrap(tmp_path: Path, monkeypatch) -> None:
+    # the forecast resamples its requests in blocks of at least the concurrency (as compare
+    # does), never one by one: every level's interval draws block_indices with that block
+    import specload.predict.forecast as fc_mod  # noqa: PLC0415
+    from specload.predict.baseline import load_baseline  # noqa: PLC0415
+    from specload.predict.synthetic import (  # noqa: PLC0415
+        LinearCost,
+        make_records,
+        write_synthetic_baseline,
+    )
+
+    seen: list[tuple[int, int]] = []
+    real = fc_mod.block_indices
+
+    def spy(n: int, block: int, n_boot: int, rng: np.random.Generator) -> Any:
+        seen.append((n, block))
+        return real(n, block, n_boot, rng)
+
+    monkeypatch.setattr(fc_mod, "block_indices", spy)
+    recs = make_records(20, levels=[1, 4], seed=1, min_tokens=100, max_tokens=300)
+    write_synthetic_baseline(tmp_path, recs, levels=[1, 4], cost=LinearCost())
+    opts = fc_mod.Options(n_boot=20, schedule_ks=(3,))
+    base = load_baseline(
+        tmp_path, need_tokens=True, hint=lambda m: fc_mod.default_plan(m, opts).summary()
+    )
+    fc_mod.forecast(base, opts, plan=fc_mod.default_plan([1, 4], opts))
+    assert seen, "the forecast's interval did not draw moving blocks"
+    assert all(block in (block_length(n, 1), block_length(n, 4)) for n, block in seen)
+    assert any(block >= 4 for _, block in seen)  # c4: blocks of at least 4 requests
