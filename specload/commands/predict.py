@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -213,34 +212,12 @@ def engine_path_of(args: argparse.Namespace) -> tuple[EnginePath | None, list[st
             raise UsageError(
                 f"--server-log {args.server_log}: no line of a vLLM server's startup log in it"
             )
-    info = ep.read_server_info(args.baseline) or {}
-    if info.get("simulator") and args.engine_path == "auto" and log_text is None:
-        return None, [
-            "the baseline ran on specload's simulator: no engine path, no terms beyond the "
-            "baseline's curve (--engine-path prices one)"
-        ]
-    detected = ep.detect(args.baseline, server_log=log_text)
-    if args.engine_path == "auto" and not ep.is_detected(detected):
-        # Never an assumed device: CPU terms on a GPU baseline (or none on a CPU one) would
-        # be a confident wrong answer. The curve alone, said.
-        return None, [
-            "engine path not known (the baseline recorded no device): no per-step terms "
-            "priced, the forecast is the baseline's curve alone and comes out too fast where "
-            "the variant's steps cost more (on vLLM 0.32's CPU build about 45% at c1); give "
-            "--engine-path or --server-log FILE"
-        ]
     try:
-        path = ep.resolve(args.engine_path, detected, method="ngram")
+        return ep.choose(
+            args.baseline, method=args.method, engine_path=args.engine_path, server_log=log_text
+        )
     except ValueError as exc:
         raise UsageError(f"--engine-path: {exc}") from None
-    notes = []
-    mismatch = detected is not None and ep.is_detected(detected) and detected.device != path.device
-    if args.engine_path != "auto" and detected is not None and mismatch:
-        notes.append(
-            f"--engine-path {args.engine_path}: the baseline ran on a {detected.device} "
-            f"server ({detected.source('device')}); its own facts are not used"
-        )
-    return path, notes
 
 
 def options_of(args: argparse.Namespace, notes: list[str] | None = None) -> Options:
@@ -333,10 +310,8 @@ def moe_of(args: argparse.Namespace) -> MoeModel | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    # numpy loads only when the command runs, not for `specload --help`.
-    from specload.predict import report  # noqa: PLC0415
-    from specload.predict.baseline import load_baseline  # noqa: PLC0415
-    from specload.predict.forecast import default_plan, forecast  # noqa: PLC0415
+    # numpy loads only when the command runs, not for `specload predict --help`.
+    from specload.predict import pipeline, report  # noqa: PLC0415
     from specload.results.writer import (  # noqa: PLC0415
         atomic_write_bytes,
         atomic_write_text,
@@ -349,12 +324,7 @@ def run(args: argparse.Namespace) -> int:
     opts = options_of(args, notes)
     for note in notes:
         print(f"specload predict: warning: {note}", file=sys.stderr)
-
-    def hint(measured: Sequence[int]) -> str:
-        return default_plan(measured, opts).summary()
-
-    baseline = load_baseline(args.baseline, need_tokens=opts.method == "ngram", hint=hint)
-    plan = default_plan([lv.concurrency for lv in baseline.levels], opts)
+    baseline, plan = pipeline.load(args.baseline, opts)
     out = prepare_out_dir(args.out) if args.out else None
     if args.plan:
         data = {
@@ -375,41 +345,16 @@ def run(args: argparse.Namespace) -> int:
         else:
             sys.stdout.write(text)
         return 0
-    if baseline.problems:
-        raise UsageError(baseline.problems[0])
-    measured_run = None
-    if args.measured is not None:
-        if opts.method != "ngram":
-            raise UsageError("--measured: only with --method ngram")
-        from specload.predict.measured import load_measured  # noqa: PLC0415
-
-        measured_run = load_measured(args.measured)
-    try:
-        fc = forecast(baseline, opts, plan=plan)
-    except ValueError as exc:
-        raise UsageError(f"predict: {exc}") from None
-    for warning in fc.warnings:
+    # The engine path's notes (said above) travel with the forecast's outputs too.
+    prediction = pipeline.predict(baseline, plan, opts, notes=notes, measured_dir=args.measured)
+    for warning in prediction.warnings:
         print(f"specload predict: warning: {' '.join(warning.split())}", file=sys.stderr)
-    # The engine path's notes (already said above) travel with the forecast's outputs too.
-    fc.warnings[:0] = notes
-    versus = None
-    if measured_run is not None:
-        from specload.predict.measured import comparison  # noqa: PLC0415
-
-        versus = comparison(fc, measured_run)
-    data = report.forecast_json(fc, versus)
-    text = report.forecast_markdown(fc, versus)
     if out is not None:
-        atomic_write_bytes(out / "prediction.json", report.dumps(data))
-        atomic_write_text(out / "prediction.md", text)
-        if opts.method == "ngram" and not args.no_plots:
-            from specload.results.plots import write_prediction_plot  # noqa: PLC0415
-
-            write_prediction_plot(data, out / "prediction.png")
+        pipeline.write(out, prediction, plot=not args.no_plots)
     if args.json:
-        sys.stdout.write(report.dumps(data).decode())
+        sys.stdout.write(report.dumps(prediction.data).decode())
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(prediction.text)
         if out is not None:
-            print(f"\nprediction written to {out / 'prediction.md'}")
+            print(f"\nprediction written to {out / pipeline.PREDICTION_MD}")
     return 0

@@ -389,6 +389,49 @@ def resolve(
     return path
 
 
+def choose(
+    results_dir: str | Path,
+    *,
+    method: str = "ngram",
+    engine_path: str = "auto",
+    server_log: str | None = None,
+) -> tuple[EnginePath | None, list[str]]:
+    """The engine path a variant of the baseline in ``results_dir`` runs on (``engine_path``:
+    a preset's name, or ``auto``: what the baseline recorded about its server and
+    ``server_log``, a vLLM startup log's text), and the notes to show with the forecast.
+
+    None for a draft method, and with ``auto`` for a baseline on specload's simulator and for
+    one that recorded no device: never an assumed device (CPU terms on a GPU baseline, or none
+    on a CPU one, would be a confident wrong answer), the baseline's curve alone, said in a
+    note. Raises ValueError for an unknown preset.
+    """
+    if method != "ngram":
+        return None, []
+    info = read_server_info(results_dir) or {}
+    if info.get("simulator") and engine_path == "auto" and server_log is None:
+        return None, [
+            "the baseline ran on specload's simulator: no engine path, no terms beyond the "
+            "baseline's curve (--engine-path prices one)"
+        ]
+    detected = detect(results_dir, server_log=server_log)
+    if engine_path == "auto" and not is_detected(detected):
+        return None, [
+            "engine path not known (the baseline recorded no device): no per-step terms "
+            "priced, the forecast is the baseline's curve alone and comes out too fast where "
+            "the variant's steps cost more (on vLLM 0.32's CPU build about 45% at c1); give "
+            "--engine-path or --server-log FILE"
+        ]
+    path = resolve(engine_path, detected, method="ngram")
+    notes = []
+    mismatch = detected is not None and is_detected(detected) and detected.device != path.device
+    if engine_path != "auto" and detected is not None and mismatch:
+        notes.append(
+            f"--engine-path {engine_path}: the baseline ran on a {detected.device} "
+            f"server ({detected.source('device')}); its own facts are not used"
+        )
+    return path, notes
+
+
 def _check(path: EnginePath) -> None:
     for name, allowed in (
         ("device", DEVICES),

@@ -4,10 +4,10 @@ facts written to ``demo.json``) and small helpers."""
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +17,10 @@ from specload.commands.demo.webhook import WebhookReceiver
 from specload.promapi import PrometheusAPI
 from specload.results.aggregate import finite_number
 from specload.results.writer import atomic_write_bytes, dump_json
+
+#: The prediction's JSON (``specload predict --json``), or one line saying why not; and the
+#: seconds it took.
+PredictOutcome = tuple[dict[str, Any] | str, float]
 
 
 @dataclass
@@ -36,7 +40,8 @@ class DemoContext:
     loadgen_address: str | None = None
     #: The simulator's time scale as it reports it (``server_time_scale`` of the sweeps).
     time_scale: float | None = None
-    predict_job: tuple[subprocess.Popen[str], float] | None = None
+    #: Stage 4's prediction, started beside stage 3's sweep, and when it started.
+    predict_job: tuple[Future[PredictOutcome], float] | None = None
 
     def say(self, text: str) -> None:
         print(text, flush=True)

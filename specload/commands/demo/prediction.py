@@ -3,80 +3,87 @@
 
 from __future__ import annotations
 
-import subprocess
+import threading
 import time
 from collections.abc import Mapping
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from simulator.variants import PRESETS
 from specload.commands.demo.constants import RELOAD_AS
-from specload.commands.demo.context import DemoContext, _specload
+from specload.commands.demo.context import DemoContext, PredictOutcome
+from specload.errors import UsageError
+from specload.predict import engine_path, pipeline
+from specload.predict.forecast import Options
 from specload.results.aggregate import finite_number
+from specload.results.writer import prepare_out_dir
 
 # --- 4. the n-gram variant predicted from the baseline ------------------------------------------
 
 
 def _ngram_preset() -> tuple[int, int, int]:
     """k and the lookup window of the simulator's n-gram variant (what the reload serves)."""
-    from simulator.variants import PRESETS  # noqa: PLC0415
-
     v = PRESETS[RELOAD_AS]
     return v.num_speculative_tokens, v.prompt_lookup_min, v.prompt_lookup_max
 
 
-def _start_predict(
-    ctx: DemoContext, measured: Path | None = None
-) -> tuple[subprocess.Popen[str], float]:
-    """``specload predict`` of the baseline sweep as the n-gram variant (``--measured``: beside
-    the variant's own sweep), writing ``OUT/prediction``, started in the background."""
+def _prediction(baseline: Path, out: Path, measured: Path | None = None) -> dict[str, Any] | str:
+    """``specload predict BASELINE --method ngram`` with the k and lookup window the reload
+    serves (``--measured``: beside the variant's own sweep), written to ``out`` as the command
+    writes it: the prediction's JSON, or one line saying why not."""
     k, lo, hi = _ngram_preset()
-    cmd = _specload(
-        "predict",
-        str(ctx.results["baseline"]),
-        "--method",
-        "ngram",
-        "--num-speculative-tokens",
-        str(k),
-        "--prompt-lookup-min",
-        str(lo),
-        "--prompt-lookup-max",
-        str(hi),
-        "--json",
-        "--out",
-        str(ctx.out / "prediction"),
-        *(("--measured", str(measured)) if measured is not None else ()),
-    )
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    return proc, time.monotonic()
+    try:
+        path, notes = engine_path.choose(baseline, method="ngram")
+        # the command's defaults: --bootstrap 1000, --confidence 0.95, --min-difference 5 …
+        opts = Options(
+            method="ngram",
+            num_speculative_tokens=k,
+            prompt_lookup_min=lo,
+            prompt_lookup_max=hi,
+            engine_path=path,
+        )
+        baseline_run, plan = pipeline.load(baseline, opts)
+        prediction = pipeline.predict(baseline_run, plan, opts, notes=notes, measured_dir=measured)
+        pipeline.write(prepare_out_dir(out), prediction)
+    except UsageError as exc:
+        return f"specload predict failed (exit {exc.exit_code}): specload: error: {exc}"
+    except (OSError, ValueError) as exc:
+        return f"specload predict failed: {type(exc).__name__}: {exc}"
+    return prediction.data
 
 
-def _finish_predict(job: tuple[subprocess.Popen[str], float]) -> tuple[dict[str, Any] | str, float]:
+def _start_predict(ctx: DemoContext) -> tuple[Future[PredictOutcome], float]:
+    """The prediction of the baseline sweep as the n-gram variant, writing
+    ``OUT/prediction``, started beside the next sweep: a thread (the forecast holds the GIL
+    only while the demo waits for the sweep's process)."""
+    baseline, out = ctx.results["baseline"], ctx.out / "prediction"
+    job: Future[PredictOutcome] = Future()
+
+    def work() -> None:
+        t0 = time.monotonic()
+        try:
+            outcome = _prediction(baseline, out)
+        except BaseException as exc:  # a bug: raised again where the demo collects the job
+            job.set_exception(exc)
+        else:
+            job.set_result((outcome, time.monotonic() - t0))
+
+    threading.Thread(target=work, name="specload predict", daemon=True).start()
+    return job, time.monotonic()
+
+
+def _finish_predict(job: tuple[Future[PredictOutcome], float]) -> PredictOutcome:
     """The prediction's JSON, or one line saying why not; and how long it took."""
-    import orjson  # noqa: PLC0415
-
-    proc, t0 = job
+    future, t0 = job
     try:
-        stdout, stderr = proc.communicate(timeout=max(1.0, 120 - (time.monotonic() - t0)))
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
+        return future.result(timeout=max(1.0, 120 - (time.monotonic() - t0)))
+    except TimeoutError:
         return "specload predict did not finish within 120s", time.monotonic() - t0
-    took_s = time.monotonic() - t0
-    if proc.returncode != 0:
-        lines = [ln for ln in stderr.splitlines() if ln.strip()]
-        error = f"specload predict failed (exit {proc.returncode}): {lines[-1] if lines else '-'}"
-        return error, took_s
-    try:
-        data = orjson.loads(stdout)
-    except orjson.JSONDecodeError:
-        return "specload predict printed no JSON", took_s
-    if not isinstance(data, dict) or not isinstance(data.get("levels"), list):
-        return "specload predict printed JSON without levels", took_s
-    return data, took_s
 
 
 def _predict(ctx: DemoContext, measured: Path | None = None) -> dict[str, Any] | str:
-    return _finish_predict(_start_predict(ctx, measured))[0]
+    return _prediction(ctx.results["baseline"], ctx.out / "prediction", measured)
 
 
 def _signed_pct(value: Any) -> str:

@@ -157,10 +157,8 @@ def stack_down(ctx: DemoContext) -> None:
 def _down(ctx: DemoContext) -> None:
     if ctx.webhook is not None:
         ctx.webhook.stop()
-    if ctx.predict_job is not None:
-        ctx.predict_job[0].kill()
-        ctx.predict_job[0].communicate()
-        ctx.predict_job = None
+    # a prediction still running (a daemon thread) ends with the process
+    ctx.predict_job = None
     if not ctx.stack_running:
         return
     ctx.stack_running = False
