@@ -28,6 +28,15 @@ order (each a small function over a shared :class:`DemoContext`):
    per variant, where the report is, and the wall time.
 
 The facts of the story are written to ``OUT/demo.json`` as they are learnt.
+
+The chapters: :mod:`.stack` (stages 1 and 9's ``stack down``), :mod:`.sweeps` (2, 3),
+:mod:`.prediction` (4, and 7's check of it), :mod:`.reload` (5), :mod:`.alerts` (6, 8),
+:mod:`.comparison` (7), :mod:`.verdicts` (the last screen); beside them :mod:`.context`
+(:class:`DemoContext`), :mod:`.constants`, :mod:`.webhook` (Alertmanager's receiver) and
+:mod:`.figures` (every figure read out of a sweep's ``summary.json``). The stack, the
+comparison, the report and the prediction are library calls (:mod:`specload.stack.control`,
+:mod:`specload.compare`, :mod:`specload.report.pages`, :mod:`specload.predict.pipeline`);
+only the sweeps and the stack's parts are processes of their own.
 """
 
 from __future__ import annotations
@@ -57,6 +66,7 @@ from specload.commands.demo.sweeps import baseline_sweep, fifth_prompt
 from specload.commands.demo.verdicts import verdicts
 from specload.durations import parse_duration
 from specload.errors import UsageError
+from specload.prompts import MAX_TOKENS_LIMIT
 from specload.results.writer import prepare_out_dir
 from specload.stack.control import part_health
 from specload.stack.state import load
@@ -124,7 +134,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _resolve(args: argparse.Namespace) -> None:
     """Defaults filled in and every option checked — before anything starts (a bad
     ``--duration`` is one line now, not after the stack is up and a sweep has run)."""
-    from specload.load.options import MAX_TOKENS_LIMIT  # noqa: PLC0415
+    # specload.sweep.plan imports the load generator's package (gevent, its HTTP client),
+    # which the sweeps' own processes run: here only to check the levels, not for --help
     from specload.sweep.plan import build_plan  # noqa: PLC0415
 
     for key, (normal, quick) in DEFAULTS.items():

@@ -13,6 +13,7 @@ from typing import IO, Any
 import httpx
 
 from specload import vllm_metrics as vm
+from specload.commands.demo import figures
 from specload.commands.demo.constants import (
     ALERT_TIMEOUT_S,
     REFERENCE_TYPES,
@@ -25,7 +26,6 @@ from specload.commands.demo.sweeps import _run_cmd
 from specload.commands.demo.webhook import Notification
 from specload.errors import UsageError
 from specload.promapi import PrometheusError
-from specload.results.aggregate import level_window
 from specload.stack.rules import DEMO, duration_s
 
 
@@ -257,12 +257,9 @@ def alert_under_load(ctx: DemoContext) -> None:
 
 def _ratios_per_level(ctx: DemoContext) -> list[dict[str, Any]]:
     """Server mean TPOT over each ngram level's window / baseline median at that level."""
-    from specload.results import read_summary  # noqa: PLC0415
-
     rows: list[dict[str, Any]] = []
-    for level in read_summary(ctx.results[RELOAD_AS]).get("levels", []):
-        start_ts, end_ts = level_window(level)
-        conc = level.get("concurrency")
+    for level in figures.read(ctx.results[RELOAD_AS]).levels:
+        (start_ts, end_ts), conc = level.window, level.concurrency
         if start_ts is None or end_ts is None or conc is None:
             continue
         window_ms = max(1000, round((end_ts - start_ts) * 1000))

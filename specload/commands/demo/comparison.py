@@ -4,32 +4,16 @@ prediction of stage 4 beside what was measured."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
+from specload.commands.demo import figures
 from specload.commands.demo.constants import RELOAD_AS, SERVER, VARIANTS
 from specload.commands.demo.context import DemoContext, _time
 from specload.commands.demo.prediction import predicted_against_measured
 from specload.commands.demo.sweeps import _client_metrics_seen, _level_rows, _say_answers, _sweep
-from specload.compare.model import compare_runs, load_run
-from specload.compare.report import headline
-from specload.report.pages import write_comparison
 from specload.results.aggregate import finite_number
 
 # --- 7. ngram sweep and comparison --------------------------------------------------------------
-
-
-def _client_acceptance(summary: Mapping[str, Any]) -> float | None:
-    accepted = drafted = 0.0
-    for level in summary.get("levels", []):
-        server = level.get("server") or {}
-        a, d = (
-            server.get("spec_decode_num_accepted_tokens"),
-            server.get("spec_decode_num_draft_tokens"),
-        )
-        if a is not None and d:
-            accepted, drafted = accepted + float(a), drafted + float(d)
-    return accepted / drafted if drafted else None
 
 
 def ngram_sweep_and_compare(ctx: DemoContext) -> None:
@@ -38,10 +22,13 @@ def ngram_sweep_and_compare(ctx: DemoContext) -> None:
         "(95% bootstrap confidence intervals)"
     )
     out = _sweep(ctx, RELOAD_AS)
-    from specload.results import read_summary  # noqa: PLC0415
+    # numpy and matplotlib load when the stage runs, not for `specload demo --help`
+    from specload.compare.model import compare_runs, load_run  # noqa: PLC0415
+    from specload.compare.report import headline  # noqa: PLC0415
+    from specload.report.pages import write_comparison  # noqa: PLC0415
 
-    summary = read_summary(out)
-    levels = _level_rows(ctx, summary)
+    sweep = figures.read(out)
+    levels = _level_rows(ctx, sweep)
     _say_answers(ctx, levels)
     runs = [load_run(ctx.results[v]) for v in VARIANTS]
     comp = compare_runs(runs)
@@ -84,7 +71,7 @@ def ngram_sweep_and_compare(ctx: DemoContext) -> None:
     )
     for warning in comp.warnings:
         ctx.say(f"   specload compare: warning: {' '.join(warning.split())}")
-    client = _client_acceptance(summary)
+    client = sweep.acceptance()
     prom = ctx.prom.value(
         f'specload_spec_decode_acceptance_ratio{{variant="{SERVER}",window="lifetime"}}'
     )

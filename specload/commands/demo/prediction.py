@@ -14,8 +14,6 @@ from simulator.variants import PRESETS
 from specload.commands.demo.constants import RELOAD_AS
 from specload.commands.demo.context import DemoContext, PredictOutcome
 from specload.errors import UsageError
-from specload.predict import engine_path, pipeline
-from specload.predict.forecast import Options
 from specload.results.aggregate import finite_number
 from specload.results.writer import prepare_out_dir
 
@@ -32,11 +30,14 @@ def _prediction(baseline: Path, out: Path, measured: Path | None = None) -> dict
     """``specload predict BASELINE --method ngram`` with the k and lookup window the reload
     serves (``--measured``: beside the variant's own sweep), written to ``out`` as the command
     writes it: the prediction's JSON, or one line saying why not."""
+    # numpy and matplotlib load when the prediction runs, not for `specload demo --help`
+    from specload.predict import engine_path, forecast, pipeline  # noqa: PLC0415
+
     k, lo, hi = _ngram_preset()
     try:
         path, notes = engine_path.choose(baseline, method="ngram")
         # the command's defaults: --bootstrap 1000, --confidence 0.95, --min-difference 5 …
-        opts = Options(
+        opts = forecast.Options(
             method="ngram",
             num_speculative_tokens=k,
             prompt_lookup_min=lo,

@@ -6,10 +6,10 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from specload.commands.demo import figures
 from specload.commands.demo.constants import (
     FIFTH_CONCURRENCY,
     FIFTH_PROMPT,
@@ -23,6 +23,7 @@ from specload.commands.demo.prediction import _start_predict
 from specload.errors import UsageError
 from specload.results.aggregate import finite_number
 from specload.results.writer import atomic_write_bytes, dump_json
+from specload.stack.configs import write_loadgen_targets
 
 # --- runs -------------------------------------------------------------------------------------
 
@@ -42,8 +43,6 @@ def _run_cmd(
 ) -> list[str]:
     """``specload run`` of the stack's server as ``variant``, its client metrics served where
     the stack's Prometheus scrapes them (the target list is labelled with ``variant``)."""
-    from specload.stack.configs import write_loadgen_targets  # noqa: PLC0415
-
     args = ctx.args
     assert ctx.loadgen_address is not None
     write_loadgen_targets(ctx.state_dir, ctx.loadgen_address, {"variant": variant})
@@ -111,28 +110,26 @@ def _sweep(ctx: DemoContext, variant: str, *extra: str) -> Path:
     return out
 
 
-def _learn_time_scale(ctx: DemoContext, summary: Mapping[str, Any]) -> None:
-    scale = finite_number(summary.get("server_time_scale"))
-    if scale is not None and scale > 0:
-        ctx.time_scale = scale
+def _learn_time_scale(ctx: DemoContext, sweep: figures.SweepFigures) -> None:
+    if sweep.time_scale is not None:
+        ctx.time_scale = sweep.time_scale
 
 
 # --- 2. baseline sweep --------------------------------------------------------------------------
 
 
-def _category_rows(ctx: DemoContext, level: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _category_rows(ctx: DemoContext, level: figures.LevelFigures | None) -> list[dict[str, Any]]:
     rows = []
     for name in REFERENCE_TYPES:
-        stats = (level.get("categories") or {}).get(name)
-        if not isinstance(stats, dict):
+        stats = level.categories.get(name) if level is not None else None
+        if stats is None:
             continue
-        tpot = finite_number(stats.get("median_tpot_ms"))
-        ttfct = finite_number(stats.get("median_ttfct_ms"))
+        tpot, ttfct = stats.median_tpot_ms, stats.median_ttfct_ms
         rows.append(
             {
                 "category": name,
-                "completed": int(stats.get("completed") or 0),
-                "reasoning_truncated": int(stats.get("reasoning_truncated") or 0),
+                "completed": stats.completed,
+                "reasoning_truncated": stats.reasoning_truncated,
                 "median_tpot_ms": tpot,
                 "ref_median_tpot_ms": ctx.ref_ms(tpot),
                 "reference_deployment_tpot_ms": REFERENCE_TPOT_MS[name],
@@ -143,21 +140,20 @@ def _category_rows(ctx: DemoContext, level: Mapping[str, Any]) -> list[dict[str,
     return rows
 
 
-def _level_rows(ctx: DemoContext, summary: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _level_rows(ctx: DemoContext, sweep: figures.SweepFigures) -> list[dict[str, Any]]:
     rows = []
-    for level in summary.get("levels", []):
-        tpot = finite_number(level.get("median_tpot_ms"))
-        thr = finite_number(level.get("output_throughput"))
+    for level in sweep.levels:
+        tpot, thr = level.median_tpot_ms, level.output_throughput
         rows.append(
             {
-                "concurrency": level.get("concurrency"),
-                "completed": int(level.get("completed") or 0),
-                "reasoning_truncated": int(level.get("reasoning_truncated") or 0),
+                "concurrency": level.concurrency,
+                "completed": level.completed,
+                "reasoning_truncated": level.reasoning_truncated,
                 "median_tpot_ms": tpot,
                 "ref_median_tpot_ms": ctx.ref_ms(tpot),
                 "output_throughput": thr,
                 "ref_output_throughput": None if thr is None else thr / ctx.scale,
-                "warnings": list(level.get("warnings") or []),
+                "warnings": list(level.warnings),
             }
         )
     return rows
@@ -193,13 +189,10 @@ def baseline_sweep(ctx: DemoContext) -> None:
         f"concurrency {args.concurrency}, warm-up {args.warmup}, window {args.duration} per level; "
         "token ids recorded (tokens.jsonl, for the prediction)"
     )
-    from specload.compare.baseline import baseline_from_summary  # noqa: PLC0415
-    from specload.results import read_summary  # noqa: PLC0415
-
     out = _sweep(ctx, "baseline", "--record-token-ids")
-    summary = read_summary(out)
-    _learn_time_scale(ctx, summary)
-    levels = _level_rows(ctx, summary)
+    sweep = figures.read(out)
+    _learn_time_scale(ctx, sweep)
+    levels = _level_rows(ctx, sweep)
     for row in levels:
         thr, ref_thr = row["output_throughput"], row["ref_output_throughput"]
         ctx.say(
@@ -208,11 +201,12 @@ def baseline_sweep(ctx: DemoContext) -> None:
             + f"{row['completed']} requests"
         )
     answers = _say_answers(ctx, levels)
-    first: Mapping[str, Any] = next(iter(summary.get("levels", [])), {})
+    first = sweep.levels[0] if sweep.levels else None
     categories = _category_rows(ctx, first)
     ctx.say(
-        f"   per prompt type at concurrency {first.get('concurrency')}, median TPOT [reference "
-        "scale] against the reference deployment's, and time to the first answer token:"
+        f"   per prompt type at concurrency {first.concurrency if first else None}, median TPOT "
+        "[reference scale] against the reference deployment's, and time to the first answer "
+        "token:"
     )
     for row in categories:
         ctx.say(
@@ -233,7 +227,7 @@ def baseline_sweep(ctx: DemoContext) -> None:
                 else f" (on the reference: coding, {REFERENCE_TPOT_MS['coding']} ms)"
             )
         )
-    baseline = baseline_from_summary(summary, str(out))
+    baseline = sweep.baseline_export()
     assert ctx.baseline_file is not None
     atomic_write_bytes(ctx.baseline_file, dump_json(baseline))
     ctx.say(
@@ -294,13 +288,9 @@ def fifth_prompt(ctx: DemoContext) -> None:
     )
     _wait_run(subprocess.Popen(cmd), f"the {FIFTH_PROMPT} run", out)
     ctx.results["fifth-prompt"] = out
-    from specload.results import read_summary  # noqa: PLC0415
-
-    levels = read_summary(out).get("levels", [])
-    completed = sum(int(lv.get("completed") or 0) for lv in levels)
-    truncated = sum(int(lv.get("reasoning_truncated") or 0) for lv in levels)
-    warnings = [w for lv in levels for w in lv.get("warnings") or []]
-    guard = [w for w in warnings if "ended inside reasoning" in w]
+    sweep = figures.read(out)
+    completed, truncated = sweep.completed, sweep.reasoning_truncated
+    guard = [w for w in sweep.warnings if "ended inside reasoning" in w]
     ctx.say(
         f"   {truncated} of {completed} spent all {ctx.args.max_tokens} tokens reasoning and "
         "produced no answer, as the reference's fifth prompt did: "

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import yaml
+
 from specload.commands.demo.constants import HOST
 from specload.errors import UsageError
 
@@ -80,8 +82,6 @@ class WebhookReceiver:
 
 def _webhook_url(repo: Path) -> str:
     """The webhook of the committed Alertmanager config's default receiver."""
-    import yaml  # noqa: PLC0415
-
     config = yaml.safe_load((repo / "deploy" / "alertmanager" / "alertmanager.yml").read_text())
     receiver = config["route"]["receiver"]
     for entry in config.get("receivers") or []:
