@@ -113,11 +113,6 @@ class Run:
         self.result = as_summary(self.result)
 
     @property
-    def summary(self) -> dict[str, Any]:
-        """The summary as read (the HTML report's pages not yet on the model)."""
-        return dict(self.result.raw)
-
-    @property
     def variant(self) -> str:
         return self.result.variant or self.path.name
 
@@ -125,12 +120,9 @@ class Run:
     def status(self) -> str:
         return self.result.status
 
-    def level(self, name: str) -> dict[str, Any] | None:
-        """The level as read (the HTML report's pages not yet on the model)."""
-        for level in self.result.raw.get("levels") or []:
-            if isinstance(level, dict) and level.get("name") == name:
-                return dict(level)
-        return None
+    def level(self, name: str) -> Level | None:
+        """The level named ``name`` (None: the run has none)."""
+        return self.result.level(name)
 
     def level_names(self) -> list[str]:
         return self.result.level_names

@@ -7,8 +7,9 @@ verdicts per variant and level (median TPOT and output tok/s, from the compariso
 cells, with the crossover and the speculation efficiency), the charts (the plots' data:
 :func:`specload.results.plots.run_charts`, or
 :func:`specload.compare.plots.comparison_charts` with each variant's bootstrap
-interval), every level's figures per category from ``summary.json`` (TTFT, TTFCT, TPOT,
-ITL, tok/s, truncation) and the comparison's rows, the speculative decoding per channel,
+interval), every level's figures per category from the typed result
+(:mod:`specload.results.model`: TTFT, TTFCT, TPOT, ITL, tok/s, the truncated share) and
+the comparison's rows, the speculative decoding per channel,
 predictions beside the measured runs (:mod:`.prediction`, drawn by :mod:`.prediction_html`),
 and the service-level objectives (attainment, goodput, ``--search slo``). The tags, tables
 and number formats are :mod:`.markup`'s.
@@ -46,7 +47,6 @@ from specload.report.markup import (
     Markup,
     _yes_no,
     chart_figure,
-    count,
     join,
     measure_value,
     ms,
@@ -57,9 +57,18 @@ from specload.report.markup import (
     tag,
     tok_s,
 )
-from specload.report.prediction import Prediction, measured_acceptance
+from specload.report.prediction import Prediction
 from specload.report.prediction_html import _predictions_section
-from specload.results.aggregate import finite_number
+from specload.results.model import (
+    Figures,
+    Level,
+    Search,
+    Server,
+    Slo,
+    SpecDecode,
+    SpecPart,
+    finite_number,
+)
 from specload.results.plots import TPOT_BAND_KEY, Chart, run_charts
 
 NO_DATA = "no data"
@@ -76,25 +85,20 @@ def verdict_cell(verdict: str | None) -> Markup:
     return tag("td", text, class_="verdict " + _VERDICT_CLASS.get(text, "none"))
 
 
-def level_title(level: Mapping[str, Any]) -> str:
-    name = str(level.get("name") or "?")
-    if level.get("concurrency") is not None:
-        return f"concurrency {level['concurrency']} ({name})"
-    return f"rate {finite_number(level.get('request_rate')) or 0:g}/s ({name})"
+def level_title(level: Level) -> str:
+    name = level.name or "?"
+    if level.concurrency is not None:
+        return f"concurrency {level.concurrency} ({name})"
+    return f"rate {level.request_rate or 0:g}/s ({name})"
 
 
-def _stats(level: Mapping[str, Any], category: str) -> Mapping[str, Any]:
-    if category == ALL:
-        return level
-    found = (level.get("categories") or {}).get(category)
-    return found if isinstance(found, Mapping) else {}
-
-
-def truncation_text(stats: Mapping[str, Any]) -> str:
-    cut, done = count(stats.get("reasoning_truncated")), count(stats.get("completed"))
-    if not done:
+def truncation_text(stats: Figures) -> str:
+    """``12 of 40 (30%)``: the truncated count and the model's truncated share
+    (:attr:`Figures.truncated_share`); ``-`` where either is unknown."""
+    share, cut = stats.truncated_share, stats.reasoning_truncated
+    if not stats.completed or share is None or cut is None:
         return "-"
-    return f"{cut} of {done} ({cut / done * 100:.0f}%)"
+    return f"{cut} of {stats.completed} ({share * 100:.0f}%)"
 
 
 # -- the sections --------------------------------------------------------------------------
@@ -103,17 +107,17 @@ def truncation_text(stats: Mapping[str, Any]) -> str:
 def _runs_section(runs: Sequence[Run]) -> Markup:
     rows = []
     for i, run in enumerate(runs):
-        s, options = run.summary, run.summary.get("options") or {}
-        levels = ", ".join(str(lv.get("name")) for lv in s.get("levels") or [])
-        scale = finite_number(s.get("server_time_scale"))
+        s, options = run.result, run.result.options
+        levels = ", ".join(s.level_names)
+        scale = s.server_time_scale
         rows.append(
             [
                 run.label + (" (reference)" if i == 0 and len(runs) > 1 else ""),
                 str(run.path),
                 run.status,
-                s.get("model") or "-",
-                s.get("server_version") or "-",
-                s.get("started_at") or "-",
+                s.model or "-",
+                s.server_version or "-",
+                s.started_at or "-",
                 levels or "-",
                 options.get("prompts") or "-",
                 options.get("max_tokens") if options.get("max_tokens") is not None else "-",
@@ -141,11 +145,10 @@ def run_warnings(runs: Sequence[Run], skip: Iterable[str] = ()) -> list[str]:
     out = []
     done = set(skip)
     for run in runs:
-        for level in run.summary.get("levels") or []:
-            name = str(level.get("name"))
-            if name in done:
+        for level in run.result.levels:
+            if level.name in done:
                 continue
-            out += level_warning_lines(run.label, name, level)
+            out += level_warning_lines(run.label, level.name, level)
     return out
 
 
@@ -334,24 +337,24 @@ MEASURED_HEADER = [
 ]
 
 
-def measured_row(run: Run, level: Mapping[str, Any], category: str) -> list[object]:
-    """One row of a level's figures, as ``summary.json`` has them (:data:`MEASURED_HEADER`)."""
-    st = _stats(level, category)
+def measured_row(run: Run, level: Level, category: str) -> list[object]:
+    """One row of a level's figures, as the model has them (:data:`MEASURED_HEADER`)."""
+    st = level.category(category) or Figures()
     return [
-        str(level.get("name")),
+        level.name,
         run.label,
         category,
-        count(st.get("completed")),
-        count(st.get("failed")),
-        ms(st.get("median_ttft_ms")),
-        ms(st.get("p90_ttft_ms")),
-        ms(st.get("median_ttfct_ms")),
-        ms(st.get("p90_ttfct_ms")),
-        ms(st.get("median_tpot_ms")),
-        ms(st.get(TPOT_BAND_KEY)),
-        ms(st.get("median_itl_ms")),
-        ms(st.get("p90_itl_ms")),
-        tok_s(st.get("output_throughput")),
+        st.completed,
+        st.failed,
+        ms(st.ms("median", "ttft")),
+        ms(st.ms("p90", "ttft")),
+        ms(st.ms("median", "ttfct")),
+        ms(st.ms("p90", "ttfct")),
+        ms(st.median_tpot_ms),
+        ms(st.figure(TPOT_BAND_KEY)),
+        ms(st.ms("median", "itl")),
+        ms(st.ms("p90", "itl")),
+        tok_s(st.output_throughput),
         truncation_text(st),
     ]
 
@@ -402,7 +405,7 @@ def _levels_section(runs: Sequence[Run], comp: Comparison | None) -> Markup:
         present = [(run, run.level(name)) for run in runs]
         levels = [(run, lv) for run, lv in present if lv is not None]
         first = levels[0][1]
-        cats = [ALL, *sorted({c for _, lv in levels for c in lv.get("categories") or {}} - {ALL})]
+        cats = [ALL, *sorted({c for _, lv in levels for c in lv.categories} - {ALL})]
         rows = [measured_row(run, lv, cat) for cat in cats for run, lv in levels]
         out += [tag("h3", level_title(first), id=f"level-{name}"), table(MEASURED_HEADER, rows)]
         if comp is not None and name in compared:
@@ -413,27 +416,24 @@ def _levels_section(runs: Sequence[Run], comp: Comparison | None) -> Markup:
     return join(out)
 
 
-def _source_text(spec: Mapping[str, Any]) -> str:
+def _source_text(spec: SpecDecode) -> str:
     parts = []
-    for key, what in (("source", "counts"), ("split", "channel split")):
-        value = spec.get(key)
-        if isinstance(value, Mapping) and value:
+    for value, what in ((spec.source, "counts"), (spec.split, "channel split")):
+        if value:
             parts.append(f"{what}: " + ", ".join(f"{k} {v}" for k, v in value.items()))
     return "; ".join(parts) or "-"
 
 
-def _spec_row(
-    run: Run, level: Mapping[str, Any], channel: str, spec: Mapping[str, Any], source: str
-) -> list[object]:
+def _spec_row(run: Run, level: Level, channel: str, spec: SpecPart, source: str) -> list[object]:
     return [
-        str(level.get("name")),
+        level.name,
         run.label,
         channel,
-        rate(spec.get("acceptance_rate")),
-        ratio(spec.get("mean_acceptance_length")),
-        _integer(spec.get("accepted_tokens")),
-        _integer(spec.get("draft_tokens")),
-        ratio(spec.get("ideal_speedup")),
+        rate(spec.acceptance_rate),
+        ratio(spec.mean_acceptance_length),
+        _integer(spec.accepted_tokens),
+        _integer(spec.draft_tokens),
+        ratio(spec.ideal_speedup if isinstance(spec, SpecDecode) else None),
         source,
     ]
 
@@ -443,47 +443,41 @@ def _integer(value: Any) -> str:
     return "-" if v is None else f"{v:.0f}"
 
 
-def _positions(server: Mapping[str, Any]) -> str:
-    per = server.get("spec_decode_acceptance_per_position")
-    if not isinstance(per, Mapping) or not per:
-        return ""
-    items = sorted(per.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else 0)
-    return ", ".join(
-        f"{int(k) + 1}: {float(v):.2f}" for k, v in items if finite_number(v) is not None
-    )
+def _positions(server: Server) -> str:
+    per = server.spec_decode_acceptance_per_position
+    items = sorted(per.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0)
+    return ", ".join(f"{int(k) + 1}: {v:.2f}" for k, v in items)
 
 
 def _spec_section(runs: Sequence[Run]) -> Markup:
     rows = []
     positions = []
     for run in runs:
-        for level in run.summary.get("levels") or []:
-            spec = level.get("spec_decode")
-            server = level.get("server") or {}
-            if isinstance(spec, Mapping) and (spec.get("requests") or 0) > 0:
+        for level in run.result.levels:
+            spec, server = level.figures.spec_decode, level.server
+            if spec is not None and spec.requests > 0:
                 source = _source_text(spec)
                 rows.append(_spec_row(run, level, "all (client)", spec, source))
-                for channel in ("reasoning", "content"):
-                    part = spec.get(channel)
-                    if isinstance(part, Mapping):
+                for channel, part in (("reasoning", spec.reasoning), ("content", spec.content)):
+                    if part is not None:
                         rows.append(_spec_row(run, level, channel, part, source))
-            if finite_number(server.get("spec_decode_num_drafts")) is not None:
+            if server is not None and server.spec_decode_num_drafts is not None:
                 rows.append(
                     [
-                        str(level.get("name")),
+                        level.name,
                         run.label,
                         "all (server counters)",
-                        rate(server.get("spec_decode_acceptance_rate")),
-                        ratio(server.get("spec_decode_mean_acceptance_length")),
-                        _integer(server.get("spec_decode_num_accepted_tokens")),
-                        _integer(server.get("spec_decode_num_draft_tokens")),
+                        rate(server.spec_decode_acceptance_rate),
+                        ratio(server.spec_decode_mean_acceptance_length),
+                        _integer(server.spec_decode_num_accepted_tokens),
+                        _integer(server.spec_decode_num_draft_tokens),
                         "-",
-                        f"/metrics ({server.get('source') or 'counters'})",
+                        f"/metrics ({server.source or 'counters'})",
                     ]
                 )
                 per = _positions(server)
                 if per:
-                    positions.append([str(level.get("name")), run.label, per])
+                    positions.append([level.name, run.label, per])
     if not rows:
         return Markup("")
     header = [
@@ -516,35 +510,29 @@ def _spec_section(runs: Sequence[Run]) -> Markup:
     return join(out)
 
 
-def _objectives(level: Mapping[str, Any]) -> str:
-    objectives = (level.get("slo") or {}).get("objectives_s") or {}
-    return ", ".join(
-        f"{k} ≤ {float(v) * 1000:g} ms"
-        for k, v in objectives.items()
-        if finite_number(v) is not None
-    )
+def _objectives(slo: Slo) -> str:
+    return ", ".join(f"{k} ≤ {v * 1000:g} ms" for k, v in slo.objectives_s.items())
 
 
 def _slo_section(runs: Sequence[Run]) -> Markup:
     rows = []
     for run in runs:
-        for level in run.summary.get("levels") or []:
-            slo = level.get("slo")
-            if not isinstance(slo, Mapping):
+        for level in run.result.levels:
+            slo, fig = level.slo, level.figures
+            if slo is None:
                 continue
-            failing = slo.get("failing_ratio") or {}
             rows.append(
                 [
-                    str(level.get("name")),
+                    level.name,
                     run.label,
-                    _objectives(level) or "-",
-                    pct(level.get("slo_attainment_ratio")),
-                    ms(level.get("request_goodput")),
-                    tok_s(level.get("output_goodput")),
-                    ", ".join(f"{k} {pct(v)}" for k, v in failing.items()) or "-",
+                    _objectives(slo) or "-",
+                    pct(fig.slo_attainment_ratio),
+                    ms(fig.request_goodput),
+                    tok_s(fig.output_goodput),
+                    ", ".join(f"{k} {pct(v)}" for k, v in slo.failing_ratio.items()) or "-",
                 ]
             )
-    searches = [(run, run.summary["search"]) for run in runs if run.summary.get("search")]
+    searches = [(run, run.result.search) for run in runs if run.result.search is not None]
     if not rows and not searches:
         return Markup("")
     out: list[object] = [
@@ -572,31 +560,30 @@ def _slo_section(runs: Sequence[Run]) -> Markup:
     return join(out)
 
 
-def _search_block(run: Run, search: Mapping[str, Any]) -> Markup:
-    variable = search.get("variable") or "concurrency"
+def _search_block(run: Run, search: Search) -> Markup:
+    variable = search.variable
     unit = "users" if variable == "concurrency" else "requests/s"
-    limit = finite_number(search.get("limit"))
-    target = pct(search.get("attainment"), 0)
+    limit = search.limit
+    target = pct(search.attainment, 0)
     found = (
         f"highest {variable} holding {target} attainment: "
         + ("none in the range" if limit is None else f"{limit:g} {unit}")
-        + (f" (set by {search['set_by']})" if search.get("set_by") else "")
-        + ("" if search.get("complete", True) else "; the search did not finish")
+        + (f" (set by {search.set_by})" if search.set_by else "")
+        + ("" if search.complete else "; the search did not finish")
     )
     steps = [
         [
-            str(step.get("level") or "-"),
-            f"{finite_number(step.get(variable)) or 0:g}",
-            pct(step.get("attainment")),
-            _yes_no(step.get("held") if isinstance(step.get("held"), bool) else None),
-            str(step.get("cut_short") or ""),
+            step.level or "-",
+            f"{step.load(variable) or 0:g}",
+            pct(step.attainment),
+            _yes_no(step.held),
+            step.cut_short or "",
         ]
-        for step in search.get("steps") or []
-        if isinstance(step, Mapping)
+        for step in search.steps
     ]
     parts: list[object] = [tag("h3", f"SLO search: {run.label}"), tag("p", found)]
-    if search.get("note"):
-        parts.append(tag("p", str(search["note"]), class_="note"))
+    if search.note:
+        parts.append(tag("p", search.note, class_="note"))
     parts.append(table(["level", variable, "attainment", "held", "cut short"], steps))
     return join(parts)
 
@@ -625,16 +612,17 @@ def _method_section(comp: Comparison | None) -> Markup:
 
 def _single_run_verdict(run: Run) -> Markup:
     rows = []
-    for level in run.summary.get("levels") or []:
+    for level in run.result.levels:
+        fig = level.figures
         rows.append(
             [
                 level_title(level),
-                count(level.get("completed")),
-                count(level.get("failed")),
-                ms(level.get("median_tpot_ms")),
-                tok_s(level.get("output_throughput")),
-                rate(measured_acceptance(level)),
-                ", ".join(str(f) for f in level.get("flags") or []),
+                fig.completed,
+                fig.failed,
+                ms(fig.median_tpot_ms),
+                tok_s(fig.output_throughput),
+                rate(level.acceptance.rate),
+                ", ".join(level.flags),
             ]
         )
     header = ["level", "n", "failed", "median TPOT (ms)", "output tok/s", "acceptance", "flags"]
@@ -698,7 +686,7 @@ def report_html(
     if comp is None and len(runs) != 1:
         raise ValueError("report_html: several runs need their comparison")
     if charts is None:
-        charts = run_charts([run.summary for run in runs])
+        charts = run_charts([run.result for run in runs])
     all_warnings = list(comp.warnings if comp is not None else single_run_warnings(runs[0]))
     all_warnings += run_warnings(runs, [lc.name for lc in comp.levels] if comp else ())
     all_warnings += [f"prediction {p.path}: {w}" for p in predictions for w in p.warnings()]
@@ -767,6 +755,6 @@ def single_run_warnings(run: Run) -> list[str]:
     if run.status == "repaired":
         out.append(f"{run.label}: summary rebuilt from requests.jsonl (`specload results repair`)")
     elif run.status not in ("complete", "running"):
-        reason = run.summary.get("stop_reason")
+        reason = run.result.stop_reason
         out.append(f"{run.label}: status {run.status}" + (f" ({reason})" if reason else ""))
     return out

@@ -10,7 +10,8 @@ prediction alone.
 
 An n-gram prediction gives per concurrency a median TPOT with an interval and an
 acceptance rate, set beside the measured run's median TPOT (``summary.json``) and
-acceptance (the server's counters, else the client's), the probability that the variant is
+acceptance (:attr:`specload.results.model.Level.acceptance`: the server's counters, else
+the client's), the probability that the variant is
 faster, the break-even step overhead beside the engine path's estimated one, and the cost
 breakdown (baseline step, padding, each term); a draft prediction gives the break-even mean
 acceptance length, set beside the measured one.
@@ -27,7 +28,7 @@ import orjson
 
 from specload.compare.model import Run
 from specload.errors import UsageError
-from specload.results.aggregate import finite_number
+from specload.results.model import Level, finite_number
 
 PREDICTION_FILE = "prediction.json"
 PREDICTION_FORMAT = "specload-predict/1"
@@ -153,30 +154,8 @@ def _measured_side(pred: Prediction, runs: Sequence[Run]) -> tuple[Run | None, s
     return None, "no measured run of this variant in the report"
 
 
-def _measured_level(run: Run, concurrency: Any) -> Mapping[str, Any] | None:
-    for level in run.summary.get("levels") or []:
-        if isinstance(level, dict) and level.get("concurrency") == concurrency:
-            return level
-    return None
-
-
-def _server_else_client(level: Mapping[str, Any], server_key: str, client_key: str) -> float | None:
-    """A level's figure from the server's counters, else from the client's requests."""
-    value = finite_number((level.get("server") or {}).get(server_key))
-    if value is None:
-        value = finite_number((level.get("spec_decode") or {}).get(client_key))
-    return value
-
-
-def measured_acceptance(level: Mapping[str, Any]) -> float | None:
-    """The level's acceptance rate: the server's counters, else the client's requests."""
-    return _server_else_client(level, "spec_decode_acceptance_rate", "acceptance_rate")
-
-
-def measured_acceptance_length(level: Mapping[str, Any]) -> float | None:
-    return _server_else_client(
-        level, "spec_decode_mean_acceptance_length", "mean_acceptance_length"
-    )
+def _measured_level(run: Run, concurrency: Any) -> Level | None:
+    return next((lv for lv in run.result.levels if lv.concurrency == concurrency), None)
 
 
 @dataclass(frozen=True)
@@ -222,7 +201,7 @@ class Versus:
 
 def _forecast_levels(
     pred: Prediction,
-) -> Iterator[tuple[Mapping[str, Any], Any, float, Mapping[str, Any] | None]]:
+) -> Iterator[tuple[Mapping[str, Any], Any, float, Level | None]]:
     """Each forecast level with a concurrency: the level, its concurrency as given and as a
     number, and the measured run's level at that concurrency (None: not measured)."""
     for lv in pred.levels():
@@ -243,9 +222,9 @@ def ngram_rows(pred: Prediction) -> list[Versus]:
     for lv, c, x, level in _forecast_levels(pred):
         measured_ms = acc = tok = None
         if level is not None:
-            measured_ms = finite_number(level.get("median_tpot_ms"))
-            acc = measured_acceptance(level)
-            tok = finite_number(level.get("output_throughput"))
+            measured_ms = level.figures.median_tpot_ms
+            acc = level.acceptance.rate
+            tok = level.figures.output_throughput
         elif pred.measured is None and c in own:
             measured_ms = finite_number(own[c].get("measured_median_tpot_ms"))
             acc = finite_number(own[c].get("measured_acceptance_rate"))
@@ -312,8 +291,8 @@ def draft_rows(pred: Prediction) -> list[DraftRow]:
                 break_even_length=finite_number(lv.get("break_even_mean_acceptance_length")),
                 break_even_rate=finite_number(lv.get("break_even_acceptance_rate")),
                 possible=possible if isinstance(possible, bool) else None,
-                measured_length=measured_acceptance_length(level) if level else None,
-                measured_rate=measured_acceptance(level) if level else None,
+                measured_length=level.acceptance.mean_length if level else None,
+                measured_rate=level.acceptance.rate if level else None,
             )
         )
     return out

@@ -50,6 +50,7 @@ __all__ = [
     "Search",
     "SearchStep",
     "Server",
+    "Slo",
     "SpecDecode",
     "SpecPart",
     "Summary",
@@ -403,6 +404,28 @@ def acceptance(server: Server | None, client: SpecDecode | None) -> Acceptance:
 
 
 @dataclass(frozen=True)
+class Slo:
+    """A level's ``slo`` block (``--slo``): each objective in seconds and the share of the
+    completed requests failing each (None: not a number)."""
+
+    objectives_s: Mapping[str, float] = field(default_factory=dict)
+    failing_ratio: Mapping[str, float | None] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Slo:
+        return cls(
+            objectives_s={
+                str(k): v
+                for k, v0 in _map(raw.get("objectives_s")).items()
+                if (v := finite_number(v0)) is not None
+            },
+            failing_ratio={
+                str(k): finite_number(v) for k, v in _map(raw.get("failing_ratio")).items()
+            },
+        )
+
+
+@dataclass(frozen=True)
 class Outage:
     start: str | None
     end: str | None
@@ -435,6 +458,7 @@ class Level:
     tokens_reconciled: bool | None = None
     users_held: float | None = None
     search_step: int | None = None
+    slo: Slo | None = None  # --slo: the objectives and the share failing each
 
     @property
     def acceptance(self) -> Acceptance:
@@ -472,7 +496,7 @@ class Level:
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Level:
-        server = raw.get("server")
+        server, slo = raw.get("server"), raw.get("slo")
         conc = _int(raw.get("concurrency"))
         return cls(
             name=str(raw.get("name") or (f"c{conc}" if conc is not None else "")),
@@ -508,6 +532,7 @@ class Level:
             tokens_reconciled=_bool(raw.get("tokens_reconciled")),
             users_held=finite_number(raw.get("users_held")),
             search_step=_int(raw.get("search_step")),
+            slo=Slo.from_dict(slo) if isinstance(slo, Mapping) else None,
         )
 
 

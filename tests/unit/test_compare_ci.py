@@ -124,12 +124,13 @@ def test_every_compared_row_contains_its_estimate_and_summary_median(tmp_path):
                 continue
             assert diff.ci_low <= diff.rel <= diff.ci_high, (k, cat, key, diff)
         for run, i in ((a, 0), (b, 1)):
-            info = run.summary["levels"][0]
+            info = run.result.levels[0].figures
             for measure in MEASURES:
                 if measure.summary_key:
-                    assert level.cells[(ALL, measure.key)].values[i] == info[measure.summary_key]
+                    want = info.figure(measure.summary_key)
+                    assert level.cells[(ALL, measure.key)].values[i] == want
             assert level.cells[(ALL, "output_throughput")].values[i] == pytest.approx(
-                info["output_throughput"], rel=1e-9
+                info.output_throughput, rel=1e-9
             )
         assert not any("disagree" in w for w in comp.warnings)
 

@@ -50,7 +50,9 @@ def bands(ax: Axes) -> list[dict[float, tuple[float, float]]]:
 
 
 def medians(run: Run) -> dict[float, float]:
-    return {float(lv["concurrency"]): lv["median_tpot_ms"] for lv in run.summary["levels"]}
+    return {
+        float(lv.concurrency or 0): lv.figures.median_tpot_ms or 0.0 for lv in run.result.levels
+    }
 
 
 def test_ticks_are_the_levels_and_n_is_per_variant(tmp_path: Path) -> None:

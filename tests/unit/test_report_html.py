@@ -313,10 +313,12 @@ def test_prediction_beside_the_measured_run(tmp_path: Path) -> None:
 def test_draft_prediction_break_even(tmp_path: Path) -> None:
     a = make_run(tmp_path / "a", "baseline", 10.0, seed=1, n=40)
     b = make_run(tmp_path / "b", "eagle", 8.0, seed=2, n=40)
-    # the measured mean acceptance length of the eagle run (server counters)
+    # the measured mean acceptance length of the eagle run (server counters: the rate and
+    # the length of one source, the model's Level.acceptance; k=2 drafts a step)
     for_b = summary(b)
     for lv, length in zip(for_b["levels"], (2.4, 1.1), strict=True):
         lv["server"]["spec_decode_mean_acceptance_length"] = length
+        lv["server"]["spec_decode_acceptance_rate"] = (length - 1) / 2
     (b / "summary.json").write_text(json.dumps(for_b))
     levels = [
         {"concurrency": 1, "break_even_mean_acceptance_length": 1.3, "possible": True},
@@ -327,8 +329,8 @@ def test_draft_prediction_break_even(tmp_path: Path) -> None:
     out = tmp_path / "r.html"
     assert main(["report", str(a), str(b), "--prediction", str(pred), "--out", str(out)]) == 0
     t = parse(out)
-    assert row(t, "1")[5:] == ["2.40", "-", "above: faster"]
-    assert row(t, "4")[5:] == ["1.10", "-", "below: slower"]
+    assert row(t, "1")[5:] == ["2.40", "0.700", "above: faster"]
+    assert row(t, "4")[5:] == ["1.10", "0.050", "below: slower"]
     assert "the one run here besides the baseline" in "".join(t.text)
 
 
