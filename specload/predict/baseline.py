@@ -1,21 +1,21 @@
-"""The baseline a forecast reads: a results directory's closed-loop levels (summary.json)
-and its recorded token ids, with what keeps it from a forecast."""
+"""The baseline a forecast reads: a results directory's closed-loop levels (its summary, read
+by :func:`specload.results.model.read`) and its recorded token ids, with what keeps it from a
+forecast."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from specload.records.tokens import TOKENS_FILE, TokenRecord, read_tokens, tokens_path
-from specload.results.aggregate import finite_number
-from specload.results.writer import read_summary
+from specload.results.model import Level, Summary, read
 
 
 @dataclass(frozen=True)
 class LevelInfo:
-    """One closed-loop level of the baseline's summary.json."""
+    """One closed-loop level of the baseline's summary (what the forecast needs of a
+    :class:`specload.results.model.Level`)."""
 
     name: str
     concurrency: int
@@ -27,6 +27,24 @@ class LevelInfo:
     flags: tuple[str, ...] = ()
     prefix_cache_hit_ratio: float | None = None  # the server's, over the level
 
+    @classmethod
+    def of(cls, level: Level, concurrency: int) -> LevelInfo:
+        fig = level.figures
+        return cls(
+            name=level.name or f"c{concurrency}",
+            concurrency=concurrency,
+            completed=fig.completed,
+            median_tpot_ms=fig.median_tpot_ms,
+            output_throughput=fig.output_throughput,
+            planned_requests=level.planned_requests,
+            categories={
+                cat: (stats.completed, stats.median_tpot_ms)
+                for cat, stats in level.categories.items()
+            },
+            flags=level.flags,
+            prefix_cache_hit_ratio=level.prefix_cache_hit_ratio,
+        )
+
 
 # A baseline level whose prompts hit the prefix cache above this ratio is named: the forecast
 # counts every prompt token as computed at prefill (docs/predict.md).
@@ -36,7 +54,7 @@ PREFIX_HIT_WARN_RATIO = 0.1
 @dataclass
 class Baseline:
     path: Path
-    summary: dict[str, Any]
+    summary: Summary
     levels: list[LevelInfo]
     tokens: list[TokenRecord] | None
     problems: list[str] = field(default_factory=list)  # why a forecast cannot run
@@ -62,41 +80,17 @@ def load_baseline(
     """Read a baseline results directory; ``problems`` lists, one line each, what keeps it
     from a forecast (``hint(measured concurrencies)`` says what ``--plan`` would add)."""
     p = Path(path)
-    summary = read_summary(p)
+    summary = read(p)
     levels: list[LevelInfo] = []
     problems: list[str] = []
     open_loop: list[str] = []
     empty: list[str] = []
-    for raw in summary.get("levels") or []:
-        if not isinstance(raw, dict):
+    for level in summary.levels:
+        conc = level.concurrency
+        if conc is None or conc < 1:
+            open_loop.append(level.name or "?")
             continue
-        name = str(raw.get("name") or "")
-        conc = raw.get("concurrency")
-        if type(conc) is not int or conc < 1:
-            open_loop.append(name or "?")
-            continue
-        cats: dict[str, tuple[int, float | None]] = {}
-        for cat, stats in (raw.get("categories") or {}).items():
-            if isinstance(stats, dict):
-                cats[str(cat)] = (
-                    int(stats.get("completed") or 0),
-                    finite_number(stats.get("median_tpot_ms")),
-                )
-        info = LevelInfo(
-            name=name or f"c{conc}",
-            concurrency=conc,
-            completed=int(raw.get("completed") or 0),
-            median_tpot_ms=finite_number(raw.get("median_tpot_ms")),
-            output_throughput=finite_number(raw.get("output_throughput")),
-            planned_requests=raw.get("planned_requests")
-            if type(raw.get("planned_requests")) is int
-            else None,
-            categories=cats,
-            flags=tuple(str(f) for f in raw.get("flags") or ()),
-            prefix_cache_hit_ratio=finite_number(
-                (raw.get("server") or {}).get("prefix_cache_hit_ratio")
-            ),
-        )
+        info = LevelInfo.of(level, conc)
         if info.completed == 0 or info.median_tpot_ms is None:
             empty.append(info.name)
         levels.append(info)

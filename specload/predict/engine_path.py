@@ -67,8 +67,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from specload.errors import UsageError
+from specload.results.model import Summary, read
 from specload.vllm_log import from_server_log
 
 REPLAY_RULES = ("v1", "v2", "ngram_gpu")  # = simulator.ngram.RULES
@@ -293,24 +293,23 @@ def from_facts(info: Mapping[str, Any]) -> EnginePath | None:
     return path
 
 
-def read_server_info(results_dir: str | Path) -> dict[str, Any] | None:
-    """``server_info`` of a results directory's ``summary.json`` (None: none recorded)."""
-    path = Path(results_dir) / "summary.json"
-    try:
-        summary = orjson.loads(path.read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return None
-    info = summary.get("server_info") if isinstance(summary, dict) else None
-    if isinstance(info, dict):
-        return info
-    if not isinstance(summary, dict):
-        return None
+def read_server_info(results_dir: str | Path | Summary) -> dict[str, Any] | None:
+    """``server_info`` of a results directory's summary (:attr:`Summary.server_info`, read
+    by the model; None: none recorded, or no summary there)."""
+    if isinstance(results_dir, Summary):
+        summary = results_dir
+    else:
+        try:
+            summary = read(results_dir)
+        except (UsageError, OSError):
+            return None
+    if summary.server_info is not None:
+        return dict(summary.server_info)
     # Older results: the readiness gate's version, and the simulator's time scale.
     out: dict[str, Any] = {}
-    version = summary.get("server_version")
-    if isinstance(version, str) and version:
-        out["vllm_version"] = version
-    if isinstance(summary.get("server_time_scale"), int | float):
+    if summary.server_version:
+        out["vllm_version"] = summary.server_version
+    if summary.server_time_scale is not None:
         out["simulator"] = True
     return out or None
 

@@ -1,8 +1,10 @@
 """Predicted beside measured: a forecast checked against the variant's own run.
 
-``specload predict BASELINE --measured VARIANT_DIR`` reads the variant's ``summary.json``
-(the same levels, run after the reload) and puts beside each predicted level its measured
-median TPOT, the error, and the per-step overhead that would close the gap (the variant's
+``specload predict BASELINE --measured VARIANT_DIR`` reads the variant's summary
+(:func:`specload.results.model.read`: the same levels, run after the reload) and puts beside
+each predicted level its measured median TPOT, its acceptance (the model's
+:attr:`~specload.results.model.Level.acceptance`: the server's counters, else the requests'
+own), the error, and the per-step overhead that would close the gap (the variant's
 own cost per step no baseline shows; give it back as ``--step-overhead-ms`` to carry it to
 other k and concurrencies); beside the predicted totals the server's speculative-decoding
 counter deltas, summed over the variant's levels.
@@ -15,12 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from specload.errors import UsageError
-from specload.predict.forecast import Forecast, median
-from specload.results.aggregate import finite_number
-from specload.results.writer import read_summary
+from specload.predict.forecast import Forecast
+from specload.results.model import median, read
 
 COUNTERS = (
     ("drafts", "spec_decode_num_drafts"),
@@ -33,7 +32,8 @@ COUNTERS = (
 class MeasuredLevel:
     concurrency: int
     median_tpot_ms: float | None
-    acceptance_rate: float | None  # the server's, over the level's window
+    acceptance_rate: float | None  # the level's (Level.acceptance: server, else client)
+    truncated_share: float | None = None  # the level's (Figures.truncated_share)
 
 
 @dataclass
@@ -50,26 +50,23 @@ def load_measured(path: str | Path) -> Measured:
     p = Path(path)
     if not p.is_dir():
         raise UsageError(f"--measured {path}: no such results directory")
-    summary = read_summary(p)
+    summary = read(p)
     levels: dict[int, MeasuredLevel] = {}
     counters: dict[str, float] = {}
-    for raw in summary.get("levels") or []:
-        if not isinstance(raw, dict):
+    for level in summary.levels:
+        conc = level.concurrency
+        if conc is None or conc < 1:
             continue
-        conc = raw.get("concurrency")
-        if type(conc) is not int or conc < 1:
-            continue
-        server = raw.get("server")
-        if not isinstance(server, dict):
-            server = {}
-        for ours, theirs in COUNTERS:
-            v = finite_number(server.get(theirs))
-            if v is not None:
-                counters[ours] = counters.get(ours, 0.0) + v
+        if level.server is not None:
+            for ours, theirs in COUNTERS:
+                v = getattr(level.server, theirs)
+                if v is not None:
+                    counters[ours] = counters.get(ours, 0.0) + v
         levels[conc] = MeasuredLevel(
             concurrency=conc,
-            median_tpot_ms=finite_number(raw.get("median_tpot_ms")),
-            acceptance_rate=finite_number(server.get("spec_decode_acceptance_rate")),
+            median_tpot_ms=level.figures.median_tpot_ms,
+            acceptance_rate=level.acceptance.rate,
+            truncated_share=level.truncated_share,
         )
     if not levels:
         raise UsageError(f"--measured {path}: summary.json has no closed-loop levels")
@@ -102,6 +99,8 @@ def comparison(fc: Forecast, measured: Measured) -> dict[str, Any]:
                 "within_interval": r.low_ms <= ml.median_tpot_ms <= r.high_ms,
                 "predicted_acceptance_rate": r.totals.acceptance_rate,
                 "measured_acceptance_rate": ml.acceptance_rate,
+                # the share of the level's completed requests cut inside reasoning
+                "measured_truncated_share": ml.truncated_share,
                 "measured_speedup": lf.baseline_ms / ml.median_tpot_ms
                 if ml.median_tpot_ms > 0
                 else None,
@@ -131,5 +130,5 @@ def comparison(fc: Forecast, measured: Measured) -> dict[str, Any]:
         "variant": str(measured.path),
         "levels": rows,
         "totals": totals,
-        "implied_step_overhead_ms": median(np.asarray(overheads)) if overheads else None,
+        "implied_step_overhead_ms": median(overheads) if overheads else None,
     }

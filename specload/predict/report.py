@@ -236,9 +236,9 @@ def measured_markdown(m: dict[str, Any]) -> list[str]:
         f"variant: `{m['variant']}`",
         "",
         "| concurrency | predicted ms | measured ms | error | in interval | predicted "
-        "speedup | measured speedup | acceptance predicted / measured | implied step "
-        "overhead ms |",
-        "|---:|---:|---:|---:|---|---:|---:|---|---:|",
+        "speedup | measured speedup | acceptance predicted / measured | measured truncated "
+        "| implied step overhead ms |",
+        "|---:|---:|---:|---:|---|---:|---:|---|---:|---:|",
     ]
     for row in m["levels"]:
         lines.append(
@@ -247,7 +247,7 @@ def measured_markdown(m: dict[str, Any]) -> list[str]:
             f"{'yes' if row['within_interval'] else 'no'} | "
             f"{_f(row['predicted_speedup'], 3)}x | {_f(row['measured_speedup'], 3)}x | "
             f"{_pct(row['predicted_acceptance_rate'])} / {_pct(row['measured_acceptance_rate'])} | "
-            f"{_f(row['implied_step_overhead_ms'])} |"
+            f"{_pct(row.get('measured_truncated_share'))} | {_f(row['implied_step_overhead_ms'])} |"
         )
     if m["totals"]:
         lines += [
