@@ -9,7 +9,8 @@ from pathlib import Path
 
 from specload.compare.baseline import baseline_from_summary, export_warnings
 from specload.errors import UsageError
-from specload.results.writer import atomic_write_bytes, dump_json, read_summary
+from specload.results.model import read
+from specload.results.writer import atomic_write_bytes, dump_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,7 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    summary = read_summary(args.dir)
+    summary = read(args.dir)
     baseline = baseline_from_summary(summary, str(args.dir))
     for warning in export_warnings(summary, str(args.dir)):
         print(f"specload baseline export: warning: {warning}", file=sys.stderr)

@@ -1,21 +1,20 @@
-"""Every figure the demo reads out of a sweep's ``summary.json``, in one place: the chapters
-take them from here and never read the summary's dicts themselves (when the demo moves to
-:mod:`specload.results.model`'s typed reader, only this module changes).
+"""Every figure the demo reads out of a sweep's summary, in one place: the chapters take them
+from here and never read the summary themselves. The summary is read by
+:func:`specload.results.model.read`, the one typed reader of a result.
 
 Each figure keeps the fallback the demo has always applied: counts missing are 0, a median
-or a rate that is missing or not finite is None, a level's concurrency is as written.
+or a rate that is missing or not finite is None.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from specload.compare.baseline import baseline_from_summary
-from specload.results.model import finite_number, level_window
-from specload.results.writer import read_summary
+from specload.results import model
+from specload.results.model import Figures, Level, Summary
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class CategoryFigures:
 
 @dataclass(frozen=True)
 class LevelFigures:
-    concurrency: Any  # as summary.json has it (None where it has none)
+    concurrency: int | None  # None: an open-loop level
     completed: int
     reasoning_truncated: int
     median_tpot_ms: float | None
@@ -39,15 +38,15 @@ class LevelFigures:
     #: The measured window (unix seconds), either end None where the summary has none.
     window: tuple[float | None, float | None]
     categories: dict[str, CategoryFigures]
-    #: The server's speculative-decoding counters over the level, as written (None: absent).
-    accepted_tokens: Any
-    draft_tokens: Any
+    #: The server's speculative-decoding counters over the level (None: absent).
+    accepted_tokens: float | None
+    draft_tokens: float | None
 
 
 @dataclass(frozen=True)
 class SweepFigures:
     path: Path
-    summary: Mapping[str, Any]
+    summary: Summary
     #: The simulator's time scale as it reported it (None: not a positive number).
     time_scale: float | None
     levels: list[LevelFigures]
@@ -71,7 +70,7 @@ class SweepFigures:
         for lv in self.levels:
             a, d = lv.accepted_tokens, lv.draft_tokens
             if a is not None and d:
-                accepted, drafted = accepted + float(a), drafted + float(d)
+                accepted, drafted = accepted + a, drafted + d
         return accepted / drafted if drafted else None
 
     def baseline_export(self) -> dict[str, Any]:
@@ -79,39 +78,38 @@ class SweepFigures:
         return baseline_from_summary(self.summary, str(self.path))
 
 
-def _category(stats: Mapping[str, Any]) -> CategoryFigures:
+def _category(stats: Figures) -> CategoryFigures:
     return CategoryFigures(
-        completed=int(stats.get("completed") or 0),
-        reasoning_truncated=int(stats.get("reasoning_truncated") or 0),
-        median_tpot_ms=finite_number(stats.get("median_tpot_ms")),
-        median_ttfct_ms=finite_number(stats.get("median_ttfct_ms")),
+        completed=stats.completed,
+        reasoning_truncated=stats.reasoning_truncated or 0,
+        median_tpot_ms=stats.median_tpot_ms,
+        median_ttfct_ms=stats.ms("median", "ttfct"),
     )
 
 
-def _level(level: Mapping[str, Any]) -> LevelFigures:
-    categories = level.get("categories") or {}
-    server = level.get("server") or {}
+def _level(level: Level) -> LevelFigures:
+    server = level.server
     return LevelFigures(
-        concurrency=level.get("concurrency"),
-        completed=int(level.get("completed") or 0),
-        reasoning_truncated=int(level.get("reasoning_truncated") or 0),
-        median_tpot_ms=finite_number(level.get("median_tpot_ms")),
-        output_throughput=finite_number(level.get("output_throughput")),
-        warnings=list(level.get("warnings") or []),
-        window=level_window(level),
-        categories={n: _category(s) for n, s in categories.items() if isinstance(s, dict)},
-        accepted_tokens=server.get("spec_decode_num_accepted_tokens"),
-        draft_tokens=server.get("spec_decode_num_draft_tokens"),
+        concurrency=level.concurrency,
+        completed=level.figures.completed,
+        reasoning_truncated=level.figures.reasoning_truncated or 0,
+        median_tpot_ms=level.figures.median_tpot_ms,
+        output_throughput=level.figures.output_throughput,
+        warnings=list(level.warnings),
+        window=level.window,
+        categories={n: _category(s) for n, s in level.categories.items()},
+        accepted_tokens=None if server is None else server.spec_decode_num_accepted_tokens,
+        draft_tokens=None if server is None else server.spec_decode_num_draft_tokens,
     )
 
 
 def read(results_dir: Path) -> SweepFigures:
     """The figures of the sweep in ``results_dir`` (UsageError: no summary.json there)."""
-    summary = read_summary(results_dir)
-    scale = finite_number(summary.get("server_time_scale"))
+    summary = model.read(results_dir)
+    scale = summary.server_time_scale
     return SweepFigures(
         path=results_dir,
         summary=summary,
         time_scale=scale if scale is not None and scale > 0 else None,
-        levels=[_level(level) for level in summary.get("levels", [])],
+        levels=[_level(level) for level in summary.levels],
     )
