@@ -5,6 +5,7 @@ readers (summary.md, compare, the HTML report, predict) showing one figure per l
 from __future__ import annotations
 
 import math
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -230,6 +231,131 @@ def test_summary_md_and_compare_show_the_models_acceptance_and_share(tmp_path: P
     text = summary_markdown(model)
     assert "| 0.750 |" in text and "| 0.500 |" in text
     assert "12 (30%)" in text  # 12 of 40 truncated
+
+
+class _Tables(HTMLParser):
+    """Every table of a page as rows of cell texts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[list[list[str]]] = []
+        self._cell: list[str] | None = None
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr" and self.tables:
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("td", "th") and self._cell is not None and self.tables:
+            self.tables[-1][-1].append("".join(self._cell).strip())
+            self._cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def _table(page: str, first_header: str, has: str) -> list[dict[str, str]]:
+    """The rows (header -> cell) of the page's tables whose header row starts with
+    ``first_header`` and names ``has``."""
+    parser = _Tables()
+    parser.feed(page)
+    out = []
+    for rows in parser.tables:
+        if rows and rows[0] and rows[0][0] == first_header and has in rows[0]:
+            out += [dict(zip(rows[0], row, strict=True)) for row in rows[1:]]
+    assert out, f"no table {first_header!r} .. {has!r} in the page"
+    return out
+
+
+def test_report_compare_and_predict_show_the_same_acceptance_and_share(tmp_path: Path) -> None:
+    # One results directory pair (a baseline and an n-gram variant): the HTML report (the
+    # library pages `specload report` writes), compare (its Markdown and JSON) and `predict
+    # --measured` (its JSON and Markdown) show each level's acceptance and truncated share
+    # as the model has them. The variant's c1 has the server's counters (0.75) and an older
+    # summary's truncated count without the written ratio; its c4 only the requests' own
+    # counts (0.5): a reader that took the server's rate alone, or the written ratio alone,
+    # shows another figure there, and this test fails.
+    from specload.compare.model import compare_runs, load_run  # noqa: PLC0415
+    from specload.compare.report import comparison_json, comparison_markdown  # noqa: PLC0415
+    from specload.predict import pipeline  # noqa: PLC0415
+    from specload.predict.forecast import Options  # noqa: PLC0415
+    from specload.predict.synthetic import make_records as token_records  # noqa: PLC0415
+    from specload.records.tokens import write_tokens  # noqa: PLC0415
+    from specload.report.pages import comparison_html, single_run_html  # noqa: PLC0415
+
+    base, var = _spec_run(tmp_path)
+    raw = orjson.loads((var / "summary.json").read_bytes())
+    del raw["levels"][0]["reasoning_truncated_ratio"]  # c1: the share from the count
+    (var / "summary.json").write_bytes(orjson.dumps(raw))
+    write_tokens(base, token_records(24, levels=[1, 4], seed=3, min_tokens=60, max_tokens=120))
+
+    model = read(var)
+    rate = {lv.concurrency: lv.acceptance.rate for lv in model.levels}
+    share = {lv.concurrency: lv.figures.truncated_share for lv in model.levels}
+    cut = {lv.concurrency: lv.figures.reasoning_truncated for lv in model.levels}
+    assert rate == {1: 0.75, 4: 0.5}
+    assert share == {1: pytest.approx(0.3), 4: pytest.approx(0.3)}
+    assert model.levels[0].acceptance.source == SOURCE_SERVER
+    assert model.levels[1].acceptance.source == SOURCE_CLIENT
+
+    # predict --measured: the measured side of the forecast
+    opts = Options(n_boot=20, schedule_ks=(3,))
+    baseline, plan = pipeline.load(base, opts)
+    prediction = pipeline.predict(baseline, plan, opts, measured_dir=var)
+    assert prediction.measured is not None
+    rows = {row["concurrency"]: row for row in prediction.measured["levels"]}
+    assert sorted(rows) == [1, 4]
+    for c, row in rows.items():
+        assert row["measured_acceptance_rate"] == rate[c]
+        assert row["measured_truncated_share"] == share[c]
+    md_rows = [line for line in prediction.text.splitlines() if line.startswith(("| 1 |", "| 4 |"))]
+    for c in (1, 4):
+        want = f"/ {rate[c] * 100:.1f}% | {share[c] * 100:.1f}% |"
+        assert any(line.startswith(f"| {c} |") and want in line for line in md_rows), c
+    out = tmp_path / "predicted"
+    out.mkdir()
+    pipeline.write(out, prediction, plot=False)
+
+    # compare
+    runs = [load_run(base), load_run(var)]
+    comp = compare_runs(runs, n_boot=50)
+    data = comparison_json(comp)
+    for level in data["levels"]:
+        c = int(level["load"])
+        assert level["acceptance"][1] == rate[c]
+        assert level["reasoning_truncated_ratio"][1] == share[c]
+    text = comparison_markdown(comp)
+    for c in (1, 4):
+        assert f"ngram {share[c] * 100:.0f}%" in text
+        assert f"acceptance rate {rate[c]:.2f}" in text
+
+    # the HTML report: the comparison's page and the variant's page alone
+    page = comparison_html(runs, comp, n_boot=50, predictions=[out / "prediction.json"])
+    alone = single_run_html(runs[1])
+    for c in (1, 4):
+        name, label = f"c{c}", f"concurrency {c}"
+        for html_page in (page, alone):
+            measured = _table(html_page, "level", "truncated")
+            row = next(r for r in measured if r["level"] == name and r["variant"] == "ngram")
+            assert row["category"] == "all"
+            assert row["truncated"] == f"{cut[c]} of 40 ({share[c] * 100:.0f}%)"
+        verdicts = _table(page, "level", "acceptance rate")
+        assert next(r for r in verdicts if r["level"] == label)["acceptance rate"] == (
+            f"{rate[c]:.3f}"
+        )
+        summary = _table(alone, "level", "acceptance")
+        assert next(r for r in summary if r["level"] == f"{label} ({name})")["acceptance"] == (
+            f"{rate[c]:.3f}"
+        )
+        predicted = _table(page, "concurrency", "measured acceptance")
+        assert next(r for r in predicted if r["concurrency"] == str(c))["measured acceptance"] == (
+            f"{rate[c]:.3f}"
+        )
 
 
 def test_model_is_light() -> None:
