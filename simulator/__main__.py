@@ -1,5 +1,7 @@
 """``python -m simulator ...``: the same as ``specload sim ...`` (:mod:`specload.commands.sim`)."""
 
-from specload.commands.sim import main
+import sys
 
-raise SystemExit(main())
+from specload.cli import main
+
+raise SystemExit(main(["sim", *sys.argv[1:]]))

@@ -23,7 +23,6 @@ from simulator.limits import check_flag
 from simulator.server import FixedTiming, SimConfig, SimServer
 from simulator.spec_metrics import SPEC_METRICS_LEVELS
 from simulator.variants import VARIANTS, variant_named
-from specload.cli import _Parser
 from specload.durations import parse_duration
 from specload.errors import UsageError
 from specload.profile.tracefile import ALLREDUCE_KERNEL_EXAMPLES
@@ -349,18 +348,3 @@ def _run_loop(server: SimServer) -> None:
         return
     uvloop.run(server.run())
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m simulator``: the same as ``specload sim`` (its own prog name)."""
-    parser = _Parser(
-        prog="specload sim", description="serve a simulated vLLM (the embedded default)"
-    )
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except UsageError as exc:
-        print(f"specload sim: error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        return 130
