@@ -347,4 +347,3 @@ def _run_loop(server: SimServer) -> None:
         asyncio.run(server.run())
         return
     uvloop.run(server.run())
-
