@@ -9,4 +9,5 @@ pytest_plugins: list[str] = [
     "tests.fixtures.sim",
     "tests.fixtures.canned",
     "tests.fixtures.browser",
+    "tests.fixtures.parallel",
 ]

@@ -67,6 +67,7 @@ def test_send_gaps_have_the_gammas_spread(tmp_path: Path, burstiness: float) -> 
     assert level["p99_send_lateness_ms"] == pytest.approx(lateness[int(0.99 * 1999)] * 1000)
 
 
+@pytest.mark.serial  # starts per half second
 def test_ramp_up_starts_the_users_over_its_length(tmp_path: Path) -> None:
     out, records = _run(
         tmp_path, [*SIM, "--fixed-itl", "0.01"], "--concurrency", "8",
@@ -84,6 +85,7 @@ def test_ramp_up_starts_the_users_over_its_length(tmp_path: Path) -> None:
     assert first < 0.25 * last
 
 
+@pytest.mark.serial  # p99 send lateness <= 20 ms
 def test_a_trace_is_replayed_at_its_times_with_its_shared_prefixes(tmp_path: Path) -> None:
     # 1,000 requests over 10 s (Mooncake form): two blocks each, the first shared by
     # groups of ten (the second is each request's own), four output tokens.
@@ -114,6 +116,7 @@ def test_a_trace_is_replayed_at_its_times_with_its_shared_prefixes(tmp_path: Pat
     assert level["p99_send_lateness_ms"] <= TRACE_LATENESS_P99_MS
 
 
+@pytest.mark.serial  # p99 send lateness <= 20 ms
 def test_a_trace_is_shared_among_worker_processes(tmp_path: Path) -> None:
     # Two Locust worker processes: each sends every other entry, at the entry's own time.
     rng = random.Random(7)

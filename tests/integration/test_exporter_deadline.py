@@ -19,7 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.fixtures.exporter import free_port
 
-pytestmark = pytest.mark.integration
+# SIGTERM answered within ~3 s: alone under pytest -n (tests/fixtures/parallel.py).
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 
 class Hostile:

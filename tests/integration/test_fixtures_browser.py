@@ -124,6 +124,7 @@ def test_file_url_and_isolation(browser: Browser, tmp_path: Path) -> None:
     assert first.text.strip() == second.text.strip() == "stored:null"
 
 
+@pytest.mark.serial  # counts every specload-chromium- process on the machine
 def test_one_shot_render_kills_its_browser(site: tuple[str, list[str]]) -> None:
     base, _ = site
     before = set(processes_mentioning("specload-chromium-"))

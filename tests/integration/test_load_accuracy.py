@@ -24,7 +24,8 @@ import pytest
 
 from tests.fixtures.load import JITTER_LOCUSTFILE
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# Medians within 1% of exact timing: alone under pytest -n (tests/fixtures/parallel.py).
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.serial]
 
 
 @dataclass(frozen=True)

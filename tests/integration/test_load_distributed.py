@@ -128,6 +128,7 @@ def run_distributed(
     }
 
 
+@pytest.mark.serial  # TPOT within 1% of the truth: alone under -n
 def test_master_merges_two_workers_exactly(load_sim, run_locust, tmp_path: Path) -> None:
     sim = load_sim(SIM)
     result = run_distributed(tmp_path, sim.url, seconds=5)

@@ -26,7 +26,8 @@ from tests.fixtures.browser import Browser, Page
 from tests.fixtures.sim import start_sim
 from tests.fixtures.sweep import run_specload, specload_cmd
 
-pytestmark = pytest.mark.integration
+# Its simulator sweeps must fill every category's row in short windows: alone under pytest -n.
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 SIM = ["--load-time", "0", "--time-scale", "4"]
 LEVELS = (1, 2)

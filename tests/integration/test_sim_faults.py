@@ -78,6 +78,7 @@ def test_no_done(sim_factory: Callable[..., SimHandle]) -> None:
     assert json.loads(events[-1])["choices"][0]["finish_reason"] == "stop"
 
 
+@pytest.mark.serial  # a 3 s timeout measured to 0.1 s
 def test_stall_longer_than_client_timeout(sim_factory: Callable[..., SimHandle]) -> None:
     sim = sim_factory([*FIXED, "--fault-rate", "stall=1", "--stall-seconds", "3"])
     start = time.monotonic()

@@ -12,7 +12,8 @@ from simulator.workload import prompt_tokens_of
 from specload import promtext
 from tests.fixtures.sim import SimHandle
 
-pytestmark = pytest.mark.integration
+# Step times within 10-15%: alone under pytest -n (tests/fixtures/parallel.py).
+pytestmark = [pytest.mark.integration, pytest.mark.serial]
 
 PROMPT = "Explain how the scheduler batches requests. " * 90
 SCALE = 10.0

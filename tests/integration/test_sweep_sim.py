@@ -48,6 +48,7 @@ def wait_for_records(out: Path, step: str, n: int, timeout: float = 30.0) -> Non
     raise TimeoutError(f"fewer than {n} records of {step} after {timeout}s")
 
 
+@pytest.mark.serial  # a 3 s window to 0.05 s, tokens reconciled with the server's
 def test_sweep_levels_categories_and_server_block(sweep_sim, specload_run, tmp_path):
     sim = sweep_sim(["--variant", "ngram", *SIM])
     out = tmp_path / "run"
