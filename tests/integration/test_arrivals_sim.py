@@ -47,6 +47,7 @@ def _run(tmp_path: Path, sim_args: list[str], *args: str) -> tuple[Path, list[di
     return out, [json.loads(line) for line in lines]
 
 
+@pytest.mark.serial  # the schedule's spread within 5%: it failed once beside other tests
 @pytest.mark.parametrize("burstiness", [0.5, 1.0, 2.0])
 def test_send_gaps_have_the_gammas_spread(tmp_path: Path, burstiness: float) -> None:
     out, records = _run(
