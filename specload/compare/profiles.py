@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from specload.errors import UsageError
-from specload.results.aggregate import finite_number
+from specload.results.model import finite_number
 
 PROFILE_FILE = "profile.json"
 

@@ -11,7 +11,7 @@ from simulator.ngram import Totals
 from specload.predict.engine_path import EnginePath
 from specload.predict.forecast import Forecast, KResult, LevelForecast
 from specload.predict.stepcost import Plan, StepCostFit
-from specload.results.aggregate import finite_number
+from specload.results.model import finite_number
 
 FORMAT = "specload-predict/1"
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from specload.compare.model import ALL
 from specload.report import svg
-from specload.results.aggregate import finite_number
+from specload.results.model import finite_number
 from specload.results.plots import Chart
 
 

@@ -15,9 +15,6 @@ from specload.records.request import RequestRecord
 from specload.records.stats import TRUNCATED_SHARE_LIMIT, Stats
 
 # defined in the model (the one reader of a result); re-exported for the demo's readers
-from specload.results.model import finite_number as finite_number  # noqa: PLC0414
-from specload.results.model import iso_seconds as iso_seconds  # noqa: PLC0414
-from specload.results.model import level_window as level_window  # noqa: PLC0414
 
 
 def as_record(item: RequestRecord | Mapping[str, Any]) -> RequestRecord:

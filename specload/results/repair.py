@@ -128,11 +128,8 @@ def rebuild_summary(
     stale: Mapping[str, Any], raws: Sequence[Mapping[str, Any]], *, now: float | None = None
 ) -> dict[str, Any]:
     """The repaired summary: the stale one's metadata, every level rebuilt from ``raws``."""
-    from specload.results.aggregate import (  # noqa: PLC0415
-        iso_seconds,
-        level_window,
-        summarize_level,
-    )
+    from specload.results.aggregate import summarize_level  # noqa: PLC0415
+    from specload.results.model import iso_seconds, level_window  # noqa: PLC0415
 
     records = [record_of(raw) for raw in raws]
     options = stale.get("options") or {}

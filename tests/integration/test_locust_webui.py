@@ -30,7 +30,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +39,7 @@ import pytest
 from specload.load.report import CSV_COLUMNS
 from specload.load.webui import HEADERS, TAB_KEY
 from tests.fixtures.browser import Browser, Page
+from tests.fixtures.html import Tables
 from tests.fixtures.load import LOCUSTFILE, free_port, wait_http
 
 pytestmark = pytest.mark.integration
@@ -64,32 +64,6 @@ SIM = [
 USERS = 8
 TITLES = [title for _, title in HEADERS]
 WIDTHS = (1600, 1280)  # the issue's screenshots, and the browser fixture's window
-
-
-class Tables(HTMLParser):
-    """Every ``<table>`` of a page: its rows, each a list of cell texts."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tables: list[list[list[str]]] = []
-        self._cell: list[str] | None = None
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "table":
-            self.tables.append([])
-        elif tag == "tr" and self.tables:
-            self.tables[-1].append([])
-        elif tag in ("td", "th"):
-            self._cell = []
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("td", "th") and self._cell is not None and self.tables:
-            self.tables[-1][-1].append("".join(self._cell).strip())
-            self._cell = None
-
-    def handle_data(self, data: str) -> None:
-        if self._cell is not None:
-            self._cell.append(data)
 
 
 def tab_rows(page: Page) -> dict[str, dict[str, str]]:

@@ -5,7 +5,6 @@ readers (summary.md, compare, the HTML report, predict) showing one figure per l
 from __future__ import annotations
 
 import math
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from specload.results.model import (
     read,
     verdict,
 )
+from tests.fixtures.html import Tables
 from tests.fixtures.results import make_run
 
 pytestmark = pytest.mark.unit
@@ -233,36 +233,10 @@ def test_summary_md_and_compare_show_the_models_acceptance_and_share(tmp_path: P
     assert "12 (30%)" in text  # 12 of 40 truncated
 
 
-class _Tables(HTMLParser):
-    """Every table of a page as rows of cell texts."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.tables: list[list[list[str]]] = []
-        self._cell: list[str] | None = None
-
-    def handle_starttag(self, tag: str, attrs: Any) -> None:
-        if tag == "table":
-            self.tables.append([])
-        elif tag == "tr" and self.tables:
-            self.tables[-1].append([])
-        elif tag in ("td", "th"):
-            self._cell = []
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("td", "th") and self._cell is not None and self.tables:
-            self.tables[-1][-1].append("".join(self._cell).strip())
-            self._cell = None
-
-    def handle_data(self, data: str) -> None:
-        if self._cell is not None:
-            self._cell.append(data)
-
-
 def _table(page: str, first_header: str, has: str) -> list[dict[str, str]]:
     """The rows (header -> cell) of the page's tables whose header row starts with
     ``first_header`` and names ``has``."""
-    parser = _Tables()
+    parser = Tables()
     parser.feed(page)
     out = []
     for rows in parser.tables:

@@ -11,7 +11,7 @@ from specload.commands.demo.constants import RELOAD_AS, SERVER, VARIANTS
 from specload.commands.demo.context import DemoContext, _time
 from specload.commands.demo.prediction import predicted_against_measured
 from specload.commands.demo.sweeps import _client_metrics_seen, _level_rows, _say_answers, _sweep
-from specload.results.aggregate import finite_number
+from specload.results.model import finite_number
 
 # --- 7. ngram sweep and comparison --------------------------------------------------------------
 

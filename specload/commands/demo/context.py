@@ -15,7 +15,7 @@ from typing import Any
 from specload.commands.demo.constants import SERVER
 from specload.commands.demo.webhook import WebhookReceiver
 from specload.promapi import PrometheusAPI
-from specload.results.aggregate import finite_number
+from specload.results.model import finite_number
 from specload.results.writer import atomic_write_bytes, dump_json
 
 #: The prediction's JSON (``specload predict --json``), or one line saying why not; and the

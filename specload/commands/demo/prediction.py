@@ -14,7 +14,7 @@ from simulator.variants import PRESETS
 from specload.commands.demo.constants import RELOAD_AS
 from specload.commands.demo.context import DemoContext, PredictOutcome
 from specload.errors import UsageError
-from specload.results.aggregate import finite_number
+from specload.results.model import finite_number
 from specload.results.writer import prepare_out_dir
 
 # --- 4. the n-gram variant predicted from the baseline ------------------------------------------

@@ -21,7 +21,7 @@ from specload.commands.demo.constants import (
 from specload.commands.demo.context import DemoContext, _specload, _wait_for
 from specload.commands.demo.prediction import _start_predict
 from specload.errors import UsageError
-from specload.results.aggregate import finite_number
+from specload.results.model import finite_number
 from specload.results.writer import atomic_write_bytes, dump_json
 from specload.stack.configs import write_loadgen_targets
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from specload.commands.demo.constants import RELOAD_AS
 from specload.commands.demo.context import DemoContext, _time
-from specload.results.aggregate import finite_number
+from specload.results.model import finite_number
 
 # --- 9. verdicts, and where things are ---------------------------------------------------------
 
