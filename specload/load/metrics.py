@@ -79,6 +79,13 @@ class ClientMetrics:
         self._users = users
         self._lost = lost_requests
         self._objectives = objectives  # the --slo measures, in order
+        # --precision: (variant, step, metric) -> the half-width of the level's interval at
+        # its last look, a ratio of the estimate (the sweep sets it; its levels bound it).
+        self._precision: dict[tuple[str, str, str], float] = {}
+
+    def set_precision(self, variant: str, step: str, metric: str, half_width: float) -> None:
+        """The sweep's latest look at a level's precision (``specload run --precision``)."""
+        self._precision[(variant, step, metric)] = half_width
 
     def _get(self, r: RequestRecord) -> _Series:
         key = (r.variant, r.model, r.category, r.step)
@@ -244,6 +251,16 @@ class ClientMetrics:
         yield GaugeMetricFamily(
             "specload_client_users", "Locust users running.", value=self._users()
         )
+        if self._precision:
+            precision = GaugeMetricFamily(
+                "specload_client_precision_half_width_ratio",
+                "Half-width of the 95% interval of the level's median (--precision-metric) "
+                "over the median, at the sweep's last look (--precision).",
+                labels=("variant", "step", "metric"),
+            )
+            for (variant, step, metric), value in sorted(self._precision.items()):
+                precision.add_metric([variant, step, metric], value)
+            yield precision
         yield CounterMetricFamily(
             "specload_client_requests_lost",
             "Requests started on workers that went missing, never reported.",

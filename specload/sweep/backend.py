@@ -131,6 +131,10 @@ class LocustBackend:
     def subscribe(self, callback: load_api.RecordCallback) -> None:
         load_api.subscribe(self.env, callback)
 
+    def show_precision(self, variant: str, step: str, metric: str, half_width: float) -> None:
+        """A level's half-width on the client metrics (``--precision``)."""
+        load_api.get_session(self.env).metrics.set_precision(variant, step, metric, half_width)
+
     @property
     def metrics_port(self) -> int | None:
         port: int | None = load_api.get_session(self.env).metrics_port

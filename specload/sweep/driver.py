@@ -28,11 +28,13 @@ from typing import Any, Protocol
 
 from specload.records.request import RequestRecord
 from specload.results.aggregate import LevelAggregate, assess_level
+from specload.results.stopping import PrecisionRule, SequentialRule
 from specload.sweep.plan import Level, SweepPlan
 from specload.sweep.reconcile import Reconciler, reconcile_flags, reconcile_warnings
 from specload.sweep.reconcile import verdicts as reconcile_verdicts
 from specload.sweep.search import EarlyVerdict, SloSearch
 from specload.sweep.server_metrics import CacheReset
+from specload.sweep.stopping import StopPlan
 from specload.sweep.window import Outage, Window
 
 log = logging.getLogger("specload.sweep")
@@ -107,6 +109,9 @@ class LevelState:
     cut_short: str | None = None  # --search: why the window ended before its plan
     reconciler: Reconciler | None = None
     cache_reset: CacheReset | None = None
+    precision: PrecisionRule | None = None  # --precision: watches the window's metric
+    sequential: SequentialRule | None = None  # --against: the verdict against the baseline
+    stop_reason: str | None = None  # precise, decided, budget, interrupted (None: running)
 
     @property
     def outages(self) -> list[Outage]:
@@ -151,6 +156,8 @@ class SweepDriver:
         reset_cache: Callable[[], CacheReset] | None = None,
         objectives: Mapping[str, float] | None = None,
         search: SloSearch | None = None,
+        stopping: StopPlan | None = None,
+        on_precision: Callable[[str, float], None] | None = None,
     ) -> None:
         self.plan = plan
         self.backend = backend
@@ -168,6 +175,8 @@ class SweepDriver:
         self.reset_cache = reset_cache
         self.objectives = dict(objectives or {})
         self.search = search
+        self.stopping = stopping if stopping is not None and stopping.active else None
+        self.on_precision = on_precision  # (step, half-width) after each precision look
         levels = [search.first()] if search is not None else list(plan.levels)
         self.states = [LevelState(level, aggregate=LevelAggregate(objectives)) for level in levels]
         self._by_step = {s.level.name: s for s in self.states}
@@ -212,6 +221,10 @@ class SweepDriver:
             state.window.completed += 1
             if state.early is not None:
                 state.early.add(record)
+            if self.stopping is not None and (value := self.stopping.metric.value(record)):
+                for rule in (state.precision, state.sequential):
+                    if rule is not None:
+                        rule.add(record.start_s, value)
 
     def request_stop(self, reason: str) -> None:
         """Ask the sweep to stop at the next tick (signal handlers call this)."""
@@ -298,6 +311,8 @@ class SweepDriver:
         state.window = Window(self.clock(), level.duration_s, level.requests)
         if self.search is not None:
             state.early = EarlyVerdict(self.search.attainment, level.requests)
+        if self.stopping is not None:
+            state.precision, state.sequential = self.stopping.rules(level)
         state.window_start_wall = self.wall()
         state.window_started_at = iso(state.window_start_wall)
 
@@ -320,6 +335,10 @@ class SweepDriver:
         probe = state.probe
         self._run_window(state, state.window, level.name)
         state.window.finish(self.clock())
+        if state.stop_reason is None:
+            state.stop_reason = "decided" if state.cut_short is not None else "budget"
+        if state.sequential is not None and not state.sequential.decided:
+            state.sequential.look(last=True)  # the budget is spent: what is left of alpha
         state.window_end_wall = self.wall()
         state.window_ended_at = iso(state.window_end_wall)
         state.lost = self.backend.lost() - state.lost_at_start
@@ -389,6 +408,8 @@ class SweepDriver:
                 self._sample_users(state, window)
                 if state.early is not None and self._cut_short(state, window):
                     return
+                if self.stopping is not None and self._stopped_early(state, window):
+                    return
             if self.on_tick is not None:
                 self.on_tick(self)
             remaining = window.remaining_s(self.clock())
@@ -401,17 +422,50 @@ class SweepDriver:
         assert state.early is not None
         if window.paused:
             return False
-        if window.target_requests:
-            elapsed = window.completed / window.target_requests
-        else:
-            assert window.target_s is not None
-            elapsed = window.active_s(self.clock()) / window.target_s
-        reason = state.early.verdict(elapsed)
+        reason = state.early.verdict(self._budget_share(window))
         if reason is None:
             return False
         state.cut_short = reason
         log.info("level %s cut short: %s", state.level.name, reason)
         return True
+
+    def _stopped_early(self, state: LevelState, window: Window) -> bool:
+        """``--precision`` or ``--against`` ends the window now (``state.stop_reason``)."""
+        if window.paused:
+            return False
+        seq, precision = state.sequential, state.precision
+        share = self._budget_share(window)
+        if seq is not None and seq.due(share) and seq.look(share) is not None:
+            state.stop_reason = "decided"
+            log.info(
+                "level %s decided after %d requests: %s",
+                state.level.name,
+                seq.verdict_requests,
+                seq.verdict,
+            )
+            return True
+        if precision is None or not precision.due():
+            return False
+        precise = precision.look()
+        if self.on_precision is not None and precision.half_width is not None:
+            self.on_precision(state.level.name, precision.half_width)
+        if precise:
+            state.stop_reason = "precise"
+            log.info(
+                "level %s precise after %d requests: +-%.2f%%",
+                state.level.name,
+                precision.reached_at,
+                (precision.half_width or 0.0) * 100.0,
+            )
+            return True
+        return False
+
+    def _budget_share(self, window: Window) -> float:
+        """How much of the window's budget is used: requests, else time."""
+        if window.target_requests:
+            return window.completed / window.target_requests
+        assert window.target_s is not None
+        return window.active_s(self.clock()) / window.target_s if window.target_s > 0 else 1.0
 
     def _sample_users(self, state: LevelState, window: Window) -> None:
         """Integrate the users actually running over the window (not during outages)."""
@@ -515,6 +569,7 @@ class SweepDriver:
         if state.window is not None:
             state.window_ended_at = state.ended_at
         state.phase = "partial"
+        state.stop_reason = "interrupted"
 
     # -- results ----------------------------------------------------------------
     def level_result(self, state: LevelState) -> dict[str, Any]:
@@ -586,7 +641,27 @@ class SweepDriver:
             "tokens_reconciled": tokens_ok,
             "search_step": state.search_step,
             "search_cut_short": state.cut_short,
+            **self._stopping_result(state),
         }
+
+    def _stopping_result(self, state: LevelState) -> dict[str, Any]:
+        """Why the level ended and, under ``--precision``/``--against``, how sure it got."""
+        out: dict[str, Any] = {"stop_reason": state.stop_reason}
+        precision = state.precision
+        if precision is not None:
+            if precision.looked_at < len(precision.values) and state.phase in ("done", "partial"):
+                precision.look()  # the level's last word on its precision
+            out["precision_half_width"] = precision.half_width
+            out["precision_requests"] = precision.looked_at or None
+        seq = state.sequential
+        if seq is not None:
+            last = seq.last
+            out["verdict"] = seq.verdict
+            out["verdict_requests"] = seq.verdict_requests
+            out["verdict_ratio"] = last.ratio if last is not None else None
+            out["verdict_interval"] = [last.low, last.high] if last is not None else None
+            out["verdict_looks"] = len(seq.looks)
+        return out
 
     def level_warnings(self, state: LevelState) -> list[str]:
         """The level's warnings as of now (logged when it ends)."""

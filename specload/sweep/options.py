@@ -213,6 +213,44 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "allows it (vLLM: POST /reset_prefix_cache, served with VLLM_SERVER_DEV_MODE=1), "
         "so no level starts on another's warm cache (default auto; else see --cache-bust)",
     )
+    stop = parser.add_argument_group(
+        "stopping (a level ends before its --duration/--requests budget)"
+    )
+    stop.add_argument(
+        "--precision",
+        default=None,
+        metavar="SHARE",
+        help="end a level once the 95%% interval of its --precision-metric is within this "
+        "share of the estimate, e.g. 2%% (the moving-block bootstrap compare uses); the "
+        "level's --duration/--requests is its budget",
+    )
+    stop.add_argument(
+        "--precision-metric",
+        choices=("tpot", "ttft"),
+        default="tpot",
+        help="the median --precision and --against judge (default: %(default)s)",
+    )
+    stop.add_argument(
+        "--min-requests",
+        type=int,
+        default=None,
+        help="--precision/--against: never stop a level before this many requests with "
+        "the metric (default 20)",
+    )
+    stop.add_argument(
+        "--against",
+        default=None,
+        metavar="DIR",
+        help="a baseline's results directory: each level ends once the variant is known "
+        "faster or slower by more than --margin, or equivalent within it (repeated "
+        "confidence intervals with error spending: a wrong verdict at most 5%% of the time)",
+    )
+    stop.add_argument(
+        "--margin",
+        default="5%",
+        metavar="SHARE",
+        help="--against: the smallest difference that matters, e.g. 5%% (default %(default)s)",
+    )
     sweep.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     sweep.add_argument(
         "--progress",

@@ -50,6 +50,19 @@ def snapshot(driver: SweepDriver) -> dict[str, Any]:
         else None,
         errors=dict(agg.errors),
     )
+    if state.precision is not None:
+        out["precision"] = state.precision.target
+        out["half_width"] = state.precision.half_width
+    seq = state.sequential
+    if seq is not None and seq.last is not None:
+        last = seq.last
+        out["against"] = {
+            "ratio": last.ratio,
+            "low": last.low,
+            "high": last.high,
+            "verdict": seq.verdict,
+            "requests": last.requests,
+        }
     return out
 
 
@@ -73,6 +86,18 @@ def describe(snap: dict[str, Any]) -> str:
         f"{snap['failed']} failed | median TPOT {_ms(snap['median_tpot_ms'])} | "
         f"output {'-' if tok is None else f'{tok:.1f}'} tok/s | errors {errors}"
     )
+    if "precision" in snap:
+        hw = snap.get("half_width")
+        shown = "-" if hw is None else f"+-{hw * 100:.1f}%"
+        text += f" | precision {shown} (target +-{snap['precision'] * 100:g}%)"
+    against = snap.get("against")
+    if against:
+        text += (
+            f" | vs baseline {against['ratio']:.3f}x [{against['low']:.3f}, "
+            f"{against['high']:.3f}] after {against['requests']}"
+        )
+        if against.get("verdict"):
+            text += f": {against['verdict']}"
     if snap.get("note"):
         text += f" | {snap['note']}"
     return text

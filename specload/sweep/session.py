@@ -52,6 +52,7 @@ from specload.sweep.server_metrics import (
     speculates,
 )
 from specload.sweep.settings import SweepSettings, check_metrics_port
+from specload.sweep.stopping import comparable
 from specload.urls import redact_url
 
 # Exit status of `specload run` (docs/sweep.md): 0 measured; 2 bad options; 3 stopped by an
@@ -220,6 +221,7 @@ def run_sweep(settings: SweepSettings) -> int:
             if writer.error is not None:  # a full disk: stop, nothing more can be kept
                 driver.request_stop(writer.error)
 
+        stop_metric = settings.stopping.metric.key if settings.stopping else "tpot"
         driver = SweepDriver(
             plan,
             backend,
@@ -233,6 +235,12 @@ def run_sweep(settings: SweepSettings) -> int:
             reset_cache=reset_cache if settings.prefix_cache_reset else None,
             objectives=parse_slo(settings.load.get("slo")).as_dict(),
             search=settings.search,
+            stopping=settings.stopping,
+            on_precision=lambda step, half_width: (
+                backend.show_precision(settings.variant, step, stop_metric, half_width)
+                if backend is not None
+                else None
+            ),
             outage=OutagePolicy(
                 mode=settings.on_outage,
                 timeout_s=settings.outage_timeout_s,
@@ -254,6 +262,7 @@ def run_sweep(settings: SweepSettings) -> int:
                     else settings.workers
                 ),
                 "options": settings.public_options(),
+                "stopping": settings.stopping.describe() if settings.stopping else None,
                 "ready_wait_s": ready.waited_s,
                 "server_info": info,
             },
@@ -261,6 +270,9 @@ def run_sweep(settings: SweepSettings) -> int:
             on_tick=progress.tick,
         )
 
+        if settings.stopping is not None and settings.stopping.against is not None:
+            # compare's checks on the summary this run writes: a refusal measures nothing
+            comparable(settings.stopping.against, driver.summary(), settings.plan)
         backend.subscribe(driver.on_record)
         signals.forward(driver.request_stop)  # one that came meanwhile stops the run at once
         summary = writer.mark(driver.run())

@@ -26,6 +26,7 @@ from specload.load.metrics import parse_address
 from specload.load.options import cache_bust_nonce
 from specload.load.options import validate as validate_load_options
 from specload.prompts.trace import load_trace
+from specload.results.stopping import MIN_REQUESTS_DEFAULT, metric
 from specload.results.writer import prepare_out_dir
 from specload.slo import parse_slo
 from specload.sweep.options import (
@@ -35,8 +36,9 @@ from specload.sweep.options import (
     LOAD_OPTIONS,
     worker_argv,
 )
-from specload.sweep.plan import SweepPlan, build_plan
+from specload.sweep.plan import MAX_REQUESTS, SweepPlan, build_plan
 from specload.sweep.search import SloSearch, parse_range
+from specload.sweep.stopping import StopPlan, load_against, parse_share
 from specload.urls import ServerURL, parse_server_url, redact_url
 
 #: Local worker processes (``--workers``) and workers in all (``--expect-workers``): beyond
@@ -82,6 +84,8 @@ class SweepSettings:
     search: SloSearch | None = None
     # False: no --host (nor SPECLOAD_HOST): vLLM's default address, waited for briefly.
     host_given: bool = True
+    # --precision, --against: what ends a level before its budget (None: nothing).
+    stopping: StopPlan | None = None
 
     def __post_init__(self) -> None:
         for name in ("load", "given", "secrets"):  # copies nobody else holds: read-only
@@ -232,6 +236,7 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         ramp_up=args.ramp_up,
         trace=_trace_shape(args),
     )
+    stopping = stop_plan_of(args, plan)
     host_given = bool(args.host)
     url = parse_server_url(args.host or DEFAULT_HOST)
     check_workers(args.workers, args.expect_workers, args.master_bind_port)
@@ -285,4 +290,36 @@ def settings_from_args(args: argparse.Namespace) -> SweepSettings:
         )
         if search_range
         else None,
+        stopping=stopping,
     )
+
+
+def stop_plan_of(args: argparse.Namespace, plan: SweepPlan) -> StopPlan | None:
+    """``--precision``, ``--against``, ``--margin``, ``--min-requests`` checked (one line each)."""
+    precision_text = getattr(args, "precision", None)
+    against_dir = getattr(args, "against", None)
+    min_requests = getattr(args, "min_requests", None)
+    if precision_text is None and against_dir is None:
+        if min_requests is not None:
+            raise UsageError("--min-requests: only with --precision or --against")
+        return None
+    if getattr(args, "search", None):
+        raise UsageError("--precision/--against: not with --search (it ends its own levels)")
+    if min_requests is None:
+        min_requests = MIN_REQUESTS_DEFAULT
+    if not 2 <= min_requests <= MAX_REQUESTS:
+        raise UsageError(f"--min-requests: {min_requests} out of range (2 to {MAX_REQUESTS})")
+    for level in plan.levels:
+        if level.requests is not None and level.requests < min_requests:
+            raise UsageError(
+                f"--requests {level.requests}: fewer than --min-requests {min_requests} "
+                "(a level could never stop early)"
+            )
+    key = metric(getattr(args, "precision_metric", None) or "tpot")
+    precision = parse_share(precision_text, name="--precision") if precision_text else None
+    margin = None
+    against = None
+    if against_dir is not None:
+        margin = parse_share(getattr(args, "margin", None) or "5%", name="--margin")
+        against = load_against(against_dir, plan, key, min_requests)
+    return StopPlan(key, precision, min_requests, margin, against)

@@ -25,10 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # prompts, prompt_seed, max_tokens, temperature, stream, warmup, duration, requests; results
 # repair reads warmup, duration, requests, max_concurrency).
 PUBLIC_KEYS = [
-    "attainment", "burstiness", "cache_bust", "concurrency", "drain_timeout", "duration",
-    "expect_workers", "host", "master_bind_host", "master_bind_port", "max_concurrency",
-    "max_tokens", "metrics_address", "metrics_url", "model", "no_plots", "on_outage", "out",
-    "outage_timeout", "prefix_cache_reset", "progress", "prompt_seed", "prompts", "ramp_up",
+    "against", "attainment", "burstiness", "cache_bust", "concurrency", "drain_timeout", "duration",
+    "expect_workers", "host", "margin", "master_bind_host", "master_bind_port",
+    "max_concurrency", "max_tokens", "metrics_address", "metrics_url", "min_requests", "model",
+    "no_plots", "on_outage", "out", "outage_timeout", "precision", "precision_metric",
+    "prefix_cache_reset", "progress", "prompt_seed", "prompts", "ramp_up",
     "ready_timeout", "record_token_ids", "records_file", "request_rate", "request_timeout",
     "requests", "search", "search_precision", "search_range", "search_variable",
     "server_log", "slo", "spec_estimate", "stream", "temperature", "tokenizer", "trace",

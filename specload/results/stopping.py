@@ -1,0 +1,397 @@
+"""A level's stopping rules: precise enough, or its verdict against a baseline known.
+
+Two rules watch a level's measured window as its requests complete; the level ends at the
+first that says so, and at its budget (``--duration``/``--requests``) whatever they say.
+
+**Precision** (``specload run --precision 2%``): the level's metric (:data:`METRICS`,
+median TPOT by default) has an interval — the moving-block bootstrap over the requests in
+start order, :mod:`specload.results.bootstrap`, the one ``compare`` draws — and the level is
+``precise`` once that 95% interval lies within ±target of the estimate
+(:attr:`PrecisionRule.half_width`: the wider side over the estimate), never before
+``min_requests`` requests. The check runs every :data:`LOOK_SHARE` of the requests so far
+(a level can stop within 4% of the moment it could), at :data:`PRECISION_BOOT` resamples.
+
+**A verdict against a baseline** (``specload run --against DIR --margin 5%``): the
+variant's level is compared with the baseline's level (its complete, fixed sample) as the
+variant's requests arrive. The log ratio of the medians ``theta = log(m_variant / m_baseline)``
+has a standard error from the same block bootstrap (the baseline's once, the variant's at
+each look). At look ``k`` the **repeated confidence interval** (Jennison & Turnbull,
+*Group Sequential Methods*, 2000, ch. 9) is ``theta_hat ± c_k * se_k``, where ``c_k`` is the
+two-sided boundary of a group-sequential design with **Lan-DeMets error spending**, the
+Pocock-type function ``alpha * ln(1 + (e - 1) t)`` (:func:`spent`), ``t`` the share of the
+budget used. The boundaries hold ``P(theta outside some interval) <= alpha`` whatever the looks
+(:class:`Boundary` sets each ``c_k`` from the information seen so far), so **every verdict
+the intervals support is wrong with probability at most alpha (5%)**, however many looks:
+
+- ``slower``: the interval lies above ``1 + margin`` (as a ratio of medians; for a metric
+  where higher is better, ``faster``);
+- ``faster``: it lies below ``1 - margin``;
+- ``equivalent``: it lies within ``[1 - margin, 1 + margin]``;
+- ``undecided``: none of these by the end of the budget (the last look spends what is left).
+
+Why not "stop when the interval excludes 1": that interval is built for one look; checked
+after every few requests it excludes 1 by chance far more often than 5% on two runs of the
+same server (``bench/results/stopping_rules.md`` measures how often), and a margin of
+practical size is what a team decides on anyway. The guarantee is about the sampling noise
+*within* the two runs; a server that drifts between runs (a CPU server's median TPOT moved
+16-41% between identical runs on the test machine) is outside it — choose the margin above
+the run-to-run spread measured on the deployment (docs/sweep.md says how).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specload.records.request import RequestRecord
+from specload.results.bootstrap import FloatArray, block_index_chunks, block_length, row_median
+
+STOP_REASONS = ("precise", "decided", "budget", "interrupted")
+VERDICTS = ("faster", "slower", "equivalent", "undecided")
+UNDECIDED = "undecided"
+
+CONFIDENCE = 0.95
+ALPHA = 1.0 - CONFIDENCE
+# A median of fewer requests has too few order statistics around it for an interval.
+MIN_REQUESTS_DEFAULT = 20
+# How often the rules look: when the requests so far grew by this share (or one request).
+LOOK_SHARE = 0.04
+# The sequential rule looks at most this often, in shares of its budget (the spending's t).
+SEQUENTIAL_LOOK_STEP = 0.05
+PRECISION_BOOT = 400  # resamples per precision look
+SE_BOOT = 400  # resamples for a standard error (the variant's, per look)
+BASELINE_SE_BOOT = 2000  # the baseline's, once
+BOUNDARY_PATHS = 40_000  # Monte Carlo paths of the boundary's canonical process
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A per-request figure a level can be stopped on: its record field and direction."""
+
+    key: str
+    label: str
+    attr: str
+    lower_is_better: bool = True
+
+    def value(self, record: RequestRecord) -> float | None:
+        """The request's value (seconds), or None: failed, or no value to take."""
+        if not record.ok:
+            return None
+        raw = getattr(record, self.attr)
+        if raw is None or not math.isfinite(raw) or raw <= 0:
+            return None
+        return float(raw)
+
+    def samples(self, records: Iterable[RequestRecord], step: str) -> list[float]:
+        """The values of a level's records (``step``) in start order: a rule's sample."""
+        mine = sorted((r for r in records if r.step == step), key=lambda r: r.start_s)
+        return [v for r in mine if (v := self.value(r)) is not None]
+
+
+METRICS: dict[str, Metric] = {
+    "tpot": Metric("tpot", "median TPOT", "tpot_s"),
+    "ttft": Metric("ttft", "median TTFT", "ttft_s"),
+}
+
+
+def metric(key: str) -> Metric:
+    try:
+        return METRICS[key]
+    except KeyError:
+        raise ValueError(f"unknown metric {key!r} (one of {', '.join(METRICS)})") from None
+
+
+# -- intervals --------------------------------------------------------------------------------
+
+Z_975 = 1.959963984540054  # the normal's 97.5% point
+
+
+def t_from_z(z: float, df: float) -> float:
+    """Student's t quantile at the normal quantile ``z``'s level, ``df`` degrees of freedom
+    (the Cornish-Fisher expansion; within 0.5% of the exact value from 3 degrees up)."""
+    if not math.isfinite(z) or df <= 0:
+        return z
+    df = max(df, 1.0)
+    z2 = z * z
+    return z * (
+        1.0
+        + (z2 + 1.0) / (4.0 * df)
+        + (5.0 * z2 * z2 + 16.0 * z2 + 3.0) / (96.0 * df**2)
+        + (3.0 * z2**3 + 19.0 * z2**2 + 17.0 * z2 - 15.0) / (384.0 * df**3)
+    )
+
+
+def blocks_df(n: int, concurrency: int) -> float:
+    """The degrees of freedom of a bootstrap over ``n`` requests: its blocks, less one.
+
+    The moving-block bootstrap's interval of a median is too narrow on short samples
+    (measured: its standard error 5-12% short at 20-160 requests of correlated
+    requests, ``bench/results/stopping_rules.md``); widening it by Student's t on the
+    number of independent blocks, as batch means are, corrects that.
+    """
+    return max(1.0, n / block_length(n, concurrency) - 1.0)
+
+
+def median_interval(
+    values: Sequence[float], concurrency: int, *, n_boot: int, seed: int = 0
+) -> tuple[float, float, float]:
+    """``(median, low, high)``: the lower median and its 95% moving-block percentile interval
+    (``values`` in start order; blocks of at least ``concurrency`` requests), each side
+    widened by Student's t on the blocks (:func:`blocks_df`)."""
+    data = np.asarray(values, dtype=np.float64)
+    n = len(data)
+    k = (n - 1) // 2
+    est = float(np.partition(data, k)[k])
+    reps = _replicates(data, block_length(n, concurrency), n_boot, seed)
+    low, high = (float(x) for x in np.quantile(reps, [ALPHA / 2, 1 - ALPHA / 2]))
+    widen = t_from_z(Z_975, blocks_df(n, concurrency)) / Z_975
+    return est, est - widen * max(est - low, 0.0), est + widen * max(high - est, 0.0)
+
+
+def log_median_se(
+    values: Sequence[float], concurrency: int, *, n_boot: int, seed: int = 0
+) -> float:
+    """The moving-block bootstrap's standard error of ``log(median)``."""
+    data = np.log(np.asarray(values, dtype=np.float64))
+    reps = _replicates(data, block_length(len(data), concurrency), n_boot, seed)
+    return float(np.std(reps, ddof=1))
+
+
+def _replicates(data: FloatArray, block: int, n_boot: int, seed: int) -> FloatArray:
+    rng = np.random.default_rng(seed)
+    out = np.empty(n_boot, dtype=np.float64)
+    for lo, hi, idx in block_index_chunks(len(data), block, n_boot, rng):
+        out[lo:hi] = row_median(data[idx])
+    return out
+
+
+def half_width(est: float, low: float, high: float) -> float:
+    """The interval's wider side over the estimate (a ratio: 0.02 is ±2%)."""
+    return max(est - low, high - est) / est if est > 0 else math.inf
+
+
+# -- precision ----------------------------------------------------------------------------------
+
+
+@dataclass
+class PrecisionRule:
+    """Ends a level once its metric's 95% interval is within ±``target`` of the estimate."""
+
+    target: float  # a ratio of the estimate (0.02: ±2%)
+    concurrency: int = 1
+    min_requests: int = MIN_REQUESTS_DEFAULT
+    n_boot: int = PRECISION_BOOT
+    seed: int = 0
+    values: list[tuple[float, float]] = field(default_factory=list)  # (start_s, value)
+    half_width: float | None = None  # at the last look (None: not looked yet)
+    estimate: float | None = None
+    interval: tuple[float, float] | None = None
+    looked_at: int = 0  # requests at the last look
+    reached_at: int | None = None  # requests when it was precise
+
+    def add(self, start_s: float, value: float) -> None:
+        self.values.append((start_s, value))
+
+    def due(self) -> bool:
+        n = len(self.values)
+        return n >= self.min_requests and n - self.looked_at >= max(1, math.ceil(LOOK_SHARE * n))
+
+    def look(self) -> bool:
+        """Compute the interval now; True when it is precise enough."""
+        n = len(self.values)
+        self.looked_at = n
+        if n < max(self.min_requests, 2):
+            return False
+        ordered = [v for _, v in sorted(self.values)]
+        est, low, high = median_interval(
+            ordered, self.concurrency, n_boot=self.n_boot, seed=self.seed + n
+        )
+        self.estimate, self.interval = est, (low, high)
+        self.half_width = half_width(est, low, high)
+        if self.half_width <= self.target:
+            self.reached_at = n
+            return True
+        return False
+
+
+# -- the sequential verdict ----------------------------------------------------------------------
+
+
+def spent(t: float, alpha: float = ALPHA) -> float:
+    """The error spent by budget share ``t``: Lan-DeMets, Pocock type: ``alpha ln(1+(e-1) t)``."""
+    t = min(max(t, 0.0), 1.0)
+    return alpha * math.log1p((math.e - 1.0) * t)
+
+
+class Boundary:
+    """Two-sided group-sequential boundaries ``c_k`` by error spending, for any looks.
+
+    The standardised statistics ``Z_k`` of a sequence of looks with (estimated)
+    information ``I_k`` are, in the limit, Brownian motion ``S(I) / sqrt(I)``
+    (the canonical joint distribution: ``corr(Z_j, Z_k) = sqrt(I_j / I_k)``, which holds here
+    too although the baseline's sample is fixed: its error is a shared constant in every
+    look). ``c_k`` is set so that the paths crossing first at look ``k`` are the error
+    ``spent(t_k) - spent(t_{k-1})``: computed on :data:`BOUNDARY_PATHS` Monte Carlo paths of
+    that process (fixed seed, so the same looks give the same boundaries), which spends the
+    error exactly up to ``1 / paths`` per look.
+    """
+
+    def __init__(self, alpha: float = ALPHA, paths: int = BOUNDARY_PATHS, seed: int = 0) -> None:
+        self.alpha = alpha
+        self.rng = np.random.default_rng(seed)
+        self.paths = paths
+        self.s = np.zeros(paths)
+        self.alive = np.ones(paths, dtype=bool)
+        self.info = 0.0
+        self.t = 0.0
+        self.spent = 0.0
+        self.values: list[float] = []
+
+    def next(self, info: float, t: float) -> float:
+        """The boundary at a look with information ``info`` at budget share ``t`` (1: last)."""
+        info = max(info, self.info)  # information never falls (an estimate may)
+        step = info - self.info
+        if step > 0:
+            self.s += math.sqrt(step) * self.rng.standard_normal(self.paths)
+        self.info = info
+        target = spent(t, self.alpha) if t < 1.0 else self.alpha
+        self.t = max(self.t, t)
+        count = round((target - self.spent) * self.paths)
+        z = np.abs(self.s[self.alive]) / math.sqrt(info) if info > 0 else np.zeros(0)
+        if count <= 0 or len(z) == 0:
+            c = math.inf
+        elif count >= len(z):
+            c = 0.0
+        else:
+            c = float(np.partition(z, len(z) - count)[len(z) - count])
+        if math.isfinite(c):
+            crossed = self.alive.copy()
+            crossed[self.alive] = z >= c
+            self.spent += crossed.sum() / self.paths
+            self.alive &= ~crossed
+        self.values.append(c)
+        return c
+
+
+@dataclass(frozen=True)
+class Look:
+    requests: int
+    t: float
+    ratio: float  # variant / baseline medians
+    low: float  # the repeated confidence interval of the ratio
+    high: float
+    boundary: float
+    verdict: str | None
+
+
+def judge(low: float, high: float, margin: float, lower_is_better: bool = True) -> str | None:
+    """The verdict an interval of the ratio (variant / baseline) supports, or None."""
+    if low > 1.0 + margin:
+        return "slower" if lower_is_better else "faster"
+    if high < 1.0 - margin:
+        return "faster" if lower_is_better else "slower"
+    if low >= 1.0 - margin and high <= 1.0 + margin:
+        return "equivalent"
+    return None
+
+
+@dataclass
+class SequentialRule:
+    """A variant level's verdict against the baseline's level, known as early as it can be.
+
+    ``baseline``: the baseline level's values in start order (complete). ``budget`` is the
+    level's ``--requests`` (None: a window by time; the driver gives ``t`` itself).
+    """
+
+    baseline: Sequence[float]
+    margin: float
+    budget: int | None = None
+    concurrency: int = 1
+    min_requests: int = MIN_REQUESTS_DEFAULT
+    lower_is_better: bool = True
+    alpha: float = ALPHA
+    n_boot: int = SE_BOOT
+    seed: int = 0
+    values: list[tuple[float, float]] = field(default_factory=list)  # (start_s, value)
+    looks: list[Look] = field(default_factory=list)
+    verdict: str | None = None
+    verdict_requests: int | None = None
+    _boundary: Boundary | None = None
+    _baseline: tuple[float, float] | None = None  # (log median, se)
+    _next_t: float = 0.0
+
+    def __post_init__(self) -> None:
+        if len(self.baseline) < max(self.min_requests, 2):
+            raise ValueError(
+                f"the baseline level has {len(self.baseline)} requests with a value, fewer "
+                f"than {max(self.min_requests, 2)}"
+            )
+        est = float(
+            np.log(
+                np.partition(np.asarray(self.baseline), (len(self.baseline) - 1) // 2)[
+                    (len(self.baseline) - 1) // 2
+                ]
+            )
+        )
+        se = log_median_se(self.baseline, self.concurrency, n_boot=BASELINE_SE_BOOT, seed=self.seed)
+        self._baseline = (est, se)
+        self._boundary = Boundary(self.alpha, seed=self.seed)
+
+    @property
+    def decided(self) -> bool:
+        return self.verdict is not None
+
+    def add(self, start_s: float, value: float) -> None:
+        self.values.append((start_s, value))
+
+    def share(self) -> float:
+        """The budget used so far by requests (a window by time: 0, the driver says)."""
+        return len(self.values) / self.budget if self.budget else 0.0
+
+    def due(self, t: float | None = None) -> bool:
+        if self.decided or len(self.values) < self.min_requests:
+            return False
+        t = self.share() if t is None else t
+        return t >= self._next_t or t >= 1.0
+
+    def look(self, t: float | None = None, *, last: bool = False) -> str | None:
+        """A look at budget share ``t`` (default: requests over budget); ``last``: the budget
+        is spent (what is left of alpha is spent now; no verdict -> ``undecided``)."""
+        if self.decided:
+            return self.verdict
+        t = 1.0 if last else min(self.share() if t is None else t, 1.0)
+        n = len(self.values)
+        if n < max(self.min_requests, 2):
+            if last:
+                self.verdict, self.verdict_requests = UNDECIDED, n
+            return self.verdict
+        assert self._boundary is not None and self._baseline is not None
+        while self._next_t <= t:
+            self._next_t += SEQUENTIAL_LOOK_STEP
+        ordered = [v for _, v in sorted(self.values)]
+        data = np.asarray(ordered)
+        k = (n - 1) // 2
+        theta = float(np.log(np.partition(data, k)[k])) - self._baseline[0]
+        se_v = log_median_se(ordered, self.concurrency, n_boot=self.n_boot, seed=self.seed + n)
+        se_b = self._baseline[1]
+        se = math.sqrt(se_v**2 + se_b**2)
+        z = self._boundary.next(1.0 / se**2 if se > 0 else math.inf, 1.0 if last else t)
+        # the standard errors are estimates: Student's t on their blocks (Welch's df)
+        df_v = blocks_df(n, self.concurrency)
+        df_b = blocks_df(len(self.baseline), self.concurrency)
+        spread = se_v**4 / df_v + se_b**4 / df_b
+        c = t_from_z(z, se**4 / spread if spread > 0 else math.inf)
+        low, high = math.exp(theta - c * se), math.exp(theta + c * se)
+        found = judge(low, high, self.margin, self.lower_is_better)
+        self.looks.append(Look(n, t, math.exp(theta), low, high, c, found))
+        if found is not None or last:
+            self.verdict = found or UNDECIDED
+            self.verdict_requests = n
+        return self.verdict
+
+    @property
+    def last(self) -> Look | None:
+        return self.looks[-1] if self.looks else None
