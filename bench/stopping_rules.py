@@ -1,0 +1,363 @@
+"""Proof of the stopping rules' error rates: recorded requests replayed through them, offline.
+
+``specload run --against BASE --margin 5%`` stops a level once its verdict is known
+(:mod:`specload.results.stopping`: repeated confidence intervals with error spending). This
+harness replays *recorded* requests — simulator runs (``record-sim`` writes them) and real
+vLLM runs (``tests/data/vllm-0.32.0/runs/``) — through the rule in time order, thousands of
+times, and counts what it says:
+
+- **equal**: baseline and variant drawn from runs of the same server (the truth: no
+  difference). ``within``: both from one run (sampling noise only, what the guarantee is
+  about); ``across``: from two runs (run-to-run drift too).
+- **slower 10%** (the variant's values x 1.10): the power.
+- **at the margin** (x 1.05 with a 5% margin): a "slower" there is wrong; the rule aims at
+  2.5% (one side of its 95%).
+- **naive**: the same looks, each with a plain 95% interval, stopping when it excludes 1 (no
+  margin, no correction for looking many times): how often it calls an equal variant
+  faster or slower.
+- **fixed**: one look at ``n`` requests; the smallest ``n`` whose power on the 10%-slower
+  variant matches the sequential rule's is the fixed-size design of equal power, and the
+  sequential rule's mean requests are set against it.
+
+A trial's series are moving-block resamples of a recorded level (blocks of
+:func:`specload.results.bootstrap.block_length`, at least the concurrency): consecutive
+requests stay together, so the correlation of requests that ran together is kept, and a
+few hundred recorded requests give thousands of distinct trials. The baseline and the variant
+have the same number of requests (``compare``'s checks hold a variant to the baseline's
+``--requests``): ``--budget``, else the smallest that gives the sequential rule at least 90%
+power on the 10%-slower variant (:func:`design_budget`).
+
+    .venv/bin/python bench/stopping_rules.py --trials 1000 --out bench/results/stopping_rules.json
+    .venv/bin/python bench/stopping_rules.py record-sim   # re-record the simulator pools
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import math
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from specload.results.bootstrap import block_length  # noqa: E402 - run from the repo root
+from specload.results.stopping import (  # noqa: E402
+    MIN_REQUESTS_DEFAULT,
+    PrecisionRule,
+    SequentialRule,
+)
+
+SIM_DIR = ROOT / "tests" / "data" / "sim" / "stopping"
+VLLM_DIR = ROOT / "tests" / "data" / "vllm-0.32.0" / "runs"
+KEEP = ("step", "start_s", "end_s", "ok", "tpot_s", "ttft_s", "category", "tokens_output")
+MARGIN = 0.05
+
+
+# -- pools ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One recorded level: its metric's values in start order."""
+
+    source: str  # e.g. "sim a", "vllm b"
+    level: str
+    concurrency: int
+    values: np.ndarray
+
+
+def read_pool(path: Path, source: str, metric: str = "tpot_s") -> list[Pool]:
+    by_step: dict[str, list[tuple[float, float]]] = {}
+    with gzip.open(path, "rt") as fh:
+        for line in fh:
+            r = json.loads(line)
+            step = str(r.get("step") or "")
+            value = r.get(metric)
+            if not r.get("ok") or not step.startswith("c") or "-" in step or not value:
+                continue
+            by_step.setdefault(step, []).append((float(r["start_s"]), float(value)))
+    return [
+        Pool(source, step, int(step[1:]), np.array([v for _, v in sorted(rows)]))
+        for step, rows in sorted(by_step.items())
+    ]
+
+
+def pools() -> dict[str, dict[str, list[Pool]]]:
+    """{"sim": {"c1": [run a, run b, ...]}, "vllm": {...}}: the recorded runs found."""
+    out: dict[str, dict[str, list[Pool]]] = {}
+    for kind, folder in (("sim", SIM_DIR), ("vllm", VLLM_DIR)):
+        for path in sorted(folder.glob("*.requests.jsonl.gz")):
+            run = path.name.split(".")[0].rsplit("_", 1)[-1]
+            for pool in read_pool(path, f"{kind} {run}"):
+                out.setdefault(kind, {}).setdefault(pool.level, []).append(pool)
+    return out
+
+
+def resample(pool: Pool, n: int, rng: np.random.Generator) -> np.ndarray:
+    """``n`` values in time order: moving blocks of the recorded level, end to end."""
+    data = pool.values
+    block = block_length(len(data), pool.concurrency)
+    starts = rng.integers(0, len(data) - block + 1, size=-(-n // block))
+    idx = (starts[:, None] + np.arange(block)).reshape(-1)[:n]
+    out: np.ndarray = data[idx]
+    return out
+
+
+# -- one trial ---------------------------------------------------------------------------------
+
+
+def sequential(
+    baseline: np.ndarray,
+    variant: np.ndarray,
+    concurrency: int,
+    *,
+    margin: float,
+    seed: int,
+    naive: bool = False,
+) -> tuple[str, int]:
+    """The rule's verdict and the requests it took, replaying ``variant`` in order."""
+    rule = SequentialRule(
+        list(baseline),
+        margin,
+        budget=len(variant),
+        concurrency=concurrency,
+        seed=seed,
+        fixed_z=1.959963984540054 if naive else None,
+    )
+    for i, value in enumerate(variant):
+        rule.add(float(i), float(value))
+        if rule.due() and rule.look() is not None:
+            break
+    if not rule.decided:
+        rule.look(last=True)
+    assert rule.verdict is not None and rule.verdict_requests is not None
+    return rule.verdict, rule.verdict_requests
+
+
+def fixed(
+    baseline: np.ndarray, variant: np.ndarray, concurrency: int, *, margin: float, seed: int
+) -> str:
+    """One look at all of ``variant``: the fixed-size design's verdict."""
+    rule = SequentialRule(list(baseline), margin, budget=len(variant), concurrency=concurrency)
+    rule.seed = seed
+    for i, value in enumerate(variant):
+        rule.add(float(i), float(value))
+    rule.look(last=True)
+    assert rule.verdict is not None
+    return rule.verdict
+
+
+# -- scenarios ---------------------------------------------------------------------------------
+
+Draw = Callable[[np.random.Generator], tuple[np.ndarray, np.ndarray]]
+
+
+def draw(base: Pool, var: Pool, budget: int, factor: float = 1.0) -> Draw:
+    def one(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        return resample(base, budget, rng), resample(var, budget, rng) * factor
+
+    return one
+
+
+def run_scenario(
+    name: str, draw_one: Draw, concurrency: int, trials: int, seed: int, **kw: Any
+) -> dict[str, Any]:
+    rng = np.random.default_rng(seed)
+    verdicts: Counter[str] = Counter()
+    used: list[int] = []
+    t0 = time.perf_counter()
+    for _ in range(trials):
+        b, v = draw_one(rng)
+        verdict, n = sequential(b, v, concurrency, seed=int(rng.integers(2**31)), **kw)
+        verdicts[verdict] += 1
+        used.append(n)
+    return {
+        "scenario": name,
+        "trials": trials,
+        "shares": {
+            k: verdicts[k] / trials for k in ("faster", "slower", "equivalent", "undecided")
+        },
+        "mean_requests": float(np.mean(used)),
+        "seconds": time.perf_counter() - t0,
+    }
+
+
+def fixed_power(
+    draw_n: Callable[[int], Draw], concurrency: int, sizes: Sequence[int], trials: int, seed: int
+) -> list[dict[str, Any]]:
+    out = []
+    for n in sizes:
+        rng = np.random.default_rng(seed + n)
+        one = draw_n(n)
+        hits = 0
+        for _ in range(trials):
+            b, v = one(rng)
+            hits += (
+                fixed(b, v, concurrency, margin=MARGIN, seed=int(rng.integers(2**31))) == "slower"
+            )
+        out.append({"n": n, "power": hits / trials})
+    return out
+
+
+def design_budget(pool: Pool, trials: int) -> int:
+    """The smallest budget (a multiple of the recorded level's length) at which the rule
+    calls the 10%-slower variant slower in at least 90% of a quarter of ``trials``."""
+    base = len(pool.values)
+    for mult in (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0):
+        n = max(MIN_REQUESTS_DEFAULT * 2, round(base * mult))
+        found = run_scenario(
+            "design",
+            draw(pool, pool, n, 1.10),
+            pool.concurrency,
+            max(100, trials // 4),
+            5,
+            margin=MARGIN,
+        )
+        if found["shares"]["slower"] >= 0.9:
+            return n
+    return n
+
+
+def level_report(
+    kind: str, level: str, runs: list[Pool], trials: int, budget: int | None
+) -> dict[str, Any]:
+    a, b = runs[0], runs[1] if len(runs) > 1 else runs[0]
+    c = a.concurrency
+    n = budget or design_budget(a, trials)
+    out: dict[str, Any] = {"kind": kind, "level": level, "concurrency": c, "budget": n}
+    out["recorded"] = {
+        p.source: {"requests": len(p.values), "median_tpot_ms": float(np.median(p.values) * 1000)}
+        for p in runs
+    }
+    scen = []
+    seed = 1
+    for name, base, var, factor, kw in (
+        ("equal, within one run", a, a, 1.0, {"margin": MARGIN}),
+        ("equal, across runs", a, b, 1.0, {"margin": MARGIN}),
+        ("slower 10%", a, a, 1.10, {"margin": MARGIN}),
+        ("at the margin (x1.05)", a, a, 1.05, {"margin": MARGIN}),
+        ("naive, equal within one run", a, a, 1.0, {"margin": 0.0, "naive": True}),
+        ("naive, equal across runs", a, b, 1.0, {"margin": 0.0, "naive": True}),
+    ):
+        seed += 1
+        scen.append(run_scenario(name, draw(base, var, n, factor), c, trials, seed, **kw))
+    out["scenarios"] = scen
+    power = scen[2]["shares"]["slower"]
+    sizes = sorted(
+        {max(MIN_REQUESTS_DEFAULT, round(n * f)) for f in (0.3, 0.5, 0.75, 1.0, 1.5, 2.0)}
+    )
+    grid = fixed_power(lambda k: draw(a, a, k, 1.10), c, sizes, max(200, trials // 4), 99)
+    out["fixed_power"] = grid
+    equal = next((g["n"] for g in grid if g["power"] >= power), None)
+    out["fixed_n_equal_power"] = equal
+    out["mean_requests_share_of_fixed"] = scen[2]["mean_requests"] / equal if equal else None
+    return out
+
+
+# -- precision --------------------------------------------------------------------------------
+
+
+def precision_report(pool: Pool, truth: float, runs: int, target: float) -> dict[str, Any]:
+    """``runs`` seeded replays of the pool (disjoint stretches where the pool allows) through
+    the precision rule: how often it ends precise, how precise, and whether the truth is in."""
+    rng = np.random.default_rng(7)
+    ended: Counter[str] = Counter()
+    inside = 0
+    widths = []
+    used = []
+    for k in range(runs):
+        series = resample(pool, len(pool.values), rng)
+        rule = PrecisionRule(target, pool.concurrency, seed=k)
+        reason = "budget"
+        for i, value in enumerate(series):
+            rule.add(float(i), float(value))
+            if rule.due() and rule.look():
+                reason = "precise"
+                break
+        if reason == "budget":
+            rule.look()
+        ended[reason] += 1
+        n = len(rule.values)
+        assert rule.interval is not None
+        low, high = rule.interval
+        inside += low <= truth <= high
+        widths.append(rule.half_width or math.inf)
+        used.append(n)
+    return {
+        "pool": pool.source,
+        "level": pool.level,
+        "runs": runs,
+        "target": target,
+        "ended": dict(ended),
+        "max_half_width": max(widths),
+        "truth_inside": inside / runs,
+        "mean_requests": float(np.mean(used)),
+    }
+
+
+# -- recording the simulator's pools ---------------------------------------------------------
+
+
+def record_sim(args: argparse.Namespace) -> None:
+    from tests.fixtures.sim import start_sim  # noqa: PLC0415 - only to record
+
+    SIM_DIR.mkdir(parents=True, exist_ok=True)
+    for run, seed in (("a", 1), ("b", 2)):
+        with tempfile.TemporaryDirectory() as tmp:
+            sim = start_sim(["--time-scale", str(args.time_scale), "--seed", str(seed)], Path(tmp))
+            try:
+                out = Path(tmp) / "out"
+                cmd = [
+                    sys.executable, "-m", "specload", "run", "--host", sim.url,
+                    "--concurrency", "1,4", "--requests", str(args.requests),
+                    "--warmup", "2s", "--max-tokens", "160", "--prompt-seed", str(seed),
+                    "--metrics-address", "off", "--progress", "off", "--no-plots",
+                    "--out", str(out),
+                ]  # fmt: skip
+                subprocess.run(cmd, check=True, timeout=3600)
+                keep = SIM_DIR / f"baseline_{run}.requests.jsonl.gz"
+                with open(out / "requests.jsonl") as src, gzip.open(keep, "wt") as dst:
+                    for line in src:
+                        r = json.loads(line)
+                        dst.write(json.dumps({k: r.get(k) for k in KEEP}) + "\n")
+                print(f"recorded {keep}")
+            finally:
+                sim.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", nargs="?", default="harness", choices=("harness", "record-sim"))
+    parser.add_argument("--trials", type=int, default=1000)
+    parser.add_argument("--budget", type=int, default=None)
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--requests", type=int, default=300, help="record-sim: per level")
+    parser.add_argument("--time-scale", type=float, default=10.0, help="record-sim")
+    args = parser.parse_args()
+    if args.command == "record-sim":
+        record_sim(args)
+        return
+    report: dict[str, Any] = {"trials": args.trials, "margin": MARGIN, "levels": []}
+    for kind, levels in pools().items():
+        for level, runs in levels.items():
+            rep = level_report(kind, level, runs, args.trials, args.budget)
+            report["levels"].append(rep)
+            print(json.dumps(rep), flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,206 @@
+"""The stopping rules (specload.results.stopping) against known truth: error spending,
+boundaries, Student's t, the verdicts an interval supports, and each rule on data whose
+answer is known."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from specload.records.request import RequestRecord
+from specload.results.stopping import (
+    Boundary,
+    PrecisionRule,
+    SequentialRule,
+    _replicates,
+    bandwidth,
+    judge,
+    median_interval,
+    metric,
+    spent,
+    t_from_z,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def test_error_spending_is_pococks_lan_demets_function() -> None:
+    assert spent(0.0) == 0.0
+    assert spent(1.0) == pytest.approx(0.05)
+    # alpha * ln(1 + (e - 1) / 2), by hand: 0.05 * ln(1.859141) = 0.031006
+    assert spent(0.5) == pytest.approx(0.031006, abs=1e-6)
+    assert spent(2.0) == pytest.approx(0.05)  # past the budget: all of it, no more
+    shares = [spent(t / 10) for t in range(11)]
+    assert shares == sorted(shares)
+
+
+def test_one_look_is_the_plain_interval() -> None:
+    assert Boundary().next(100.0, 1.0) == pytest.approx(1.96, abs=0.03)
+
+
+def test_two_equal_looks_give_the_published_boundaries() -> None:
+    # Lan-DeMets, Pocock-type spending, two equally spaced looks, alpha 0.05 two-sided:
+    # 2.157 and 2.201 (Jennison & Turnbull 2000, table 7.6; gsDesign's sfLDPocock).
+    b = Boundary()
+    assert b.next(50.0, 0.5) == pytest.approx(2.157, abs=0.03)
+    assert b.next(100.0, 1.0) == pytest.approx(2.201, abs=0.03)
+
+
+def test_the_boundaries_hold_the_error_over_many_looks() -> None:
+    # Independent Brownian paths (another seed than the boundary's own), 10 looks of
+    # unequal information: crossing anywhere is the 5% spent, not 10 x 5%.
+    infos = [4.0, 9.0, 10.0, 20.0, 31.0, 40.0, 55.0, 70.0, 80.0, 100.0]
+    b = Boundary()
+    bounds = [b.next(info, info / 100.0) for info in infos]
+    rng = np.random.default_rng(12345)
+    paths = 200_000
+    s = np.zeros(paths)
+    crossed = np.zeros(paths, dtype=bool)
+    last = 0.0
+    for info, c in zip(infos, bounds, strict=True):
+        s += math.sqrt(info - last) * rng.standard_normal(paths)
+        last = info
+        crossed |= np.abs(s / math.sqrt(info)) >= c
+    assert crossed.mean() == pytest.approx(0.05, abs=0.003)
+    # a plain 1.96 at every look: the naive rule's error, several times more
+    assert min(bounds) > 2.2
+
+
+@pytest.mark.parametrize(("df", "exact"), [(5, 2.5706), (10, 2.2281), (30, 2.0423), (1e9, 1.96)])
+def test_student_t_from_the_normal_quantile(df: float, exact: float) -> None:
+    assert t_from_z(1.959964, df) == pytest.approx(exact, abs=0.006)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "verdict"),
+    [
+        (1.06, 1.20, "slower"),
+        (0.80, 0.94, "faster"),
+        (0.96, 1.04, "equivalent"),
+        (0.95, 1.05, "equivalent"),  # the margin's edges belong to it
+        (1.02, 1.08, None),  # slower, but not by more than the margin: not yet known
+        (0.90, 1.10, None),
+        (1.00, 1.06, None),
+    ],
+)
+def test_the_verdict_an_interval_supports(low: float, high: float, verdict: str | None) -> None:
+    assert judge(low, high, 0.05) == verdict
+
+
+def test_higher_is_better_swaps_faster_and_slower() -> None:
+    assert judge(1.06, 1.2, 0.05, lower_is_better=False) == "faster"
+    assert judge(0.8, 0.9, 0.05, lower_is_better=False) == "slower"
+
+
+def test_a_metric_takes_only_what_was_measured() -> None:
+    tpot = metric("tpot")
+    base = {"category": "c", "step": "c1", "variant": "v", "model": "m", "start_s": 0.0}
+    assert tpot.value(RequestRecord(**base, end_s=1.0, ok=True, tpot_s=0.02)) == 0.02
+    assert tpot.value(RequestRecord(**base, end_s=1.0, ok=False, tpot_s=0.02)) is None
+    assert tpot.value(RequestRecord(**base, end_s=1.0, ok=True, tpot_s=None)) is None
+    assert tpot.value(RequestRecord(**base, end_s=1.0, ok=True, tpot_s=math.nan)) is None
+    with pytest.raises(ValueError, match="unknown metric 'x'"):
+        metric("x")
+
+
+def _lognormal(n: int, seed: int, sd: float = 0.1, scale: float = 0.02) -> list[float]:
+    return list(scale * np.exp(sd * np.random.default_rng(seed).standard_normal(n)))
+
+
+def test_precision_stops_when_the_interval_is_narrow_enough() -> None:
+    # A median's standard error is 1.2533 sd / sqrt(n): +-2% at sd 0.1 takes about
+    # (1.96 * 1.2533 * 0.1 / 0.02)^2 = 151 requests (a little more with Student's t and
+    # the smoothing); the true median, 0.02, is inside nearly every stopped interval.
+    stops, inside = [], 0
+    for seed in range(20):
+        rule = PrecisionRule(0.02, seed=seed)
+        for i, value in enumerate(_lognormal(2000, seed)):
+            rule.add(float(i), value)
+            if rule.due() and rule.look():
+                break
+        assert rule.reached_at is not None and rule.half_width is not None
+        assert rule.half_width <= 0.02
+        assert rule.interval is not None
+        inside += rule.interval[0] <= 0.02 <= rule.interval[1]
+        stops.append(rule.reached_at)
+    assert 130 <= float(np.median(stops)) <= 260
+    assert inside >= 17  # 95% of 20 is 19; binomial's 99% bound 17
+
+
+def test_precision_never_stops_before_its_minimum() -> None:
+    rule = PrecisionRule(0.5, min_requests=30)
+    looked = []
+    for i in range(40):
+        rule.add(float(i), 0.02)
+        if rule.due():
+            looked.append(len(rule.values))
+            if rule.look():
+                break
+    assert looked == [30] and rule.reached_at == 30
+
+
+def test_the_interval_is_wider_than_the_bare_bootstrap_on_few_requests() -> None:
+    values = _lognormal(24, 3)
+    est, low, high = median_interval(values, 4, n_boot=400)
+    data = np.sort(values)
+    assert est == data[11]  # the lower median
+    # 24 requests in blocks of 4: 5 degrees of freedom, t = 2.571 against 1.96 (x1.31)
+    reps = _replicates(np.asarray(values), 4, 400, 0)
+    bare_low, bare_high = np.quantile(reps, [0.025, 0.975])
+    assert (est - low) == pytest.approx((est - bare_low) * 2.5706 / 1.96, rel=0.01)
+    assert (high - est) == pytest.approx((bare_high - est) * 2.5706 / 1.96, rel=0.01)
+
+
+def test_the_smoothed_bootstrap_moves_each_value_by_silvermans_bandwidth() -> None:
+    data = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
+    # sd 2.449, IQR 3.5 / 1.34 = 2.612: 0.9 * 2.449 * 8^(-1/5) = 2.2045 * 0.6598 = 1.4545
+    assert bandwidth(data) == pytest.approx(1.4545, abs=1e-3)
+    assert bandwidth(np.array([3.0])) == 0.0
+
+
+def _replay(rule: SequentialRule, values: list[float]) -> None:
+    for i, value in enumerate(values):
+        rule.add(float(i), value)
+        if rule.due() and rule.look() is not None:
+            return
+    rule.look(last=True)
+
+
+def test_a_much_slower_variant_is_called_slower_early() -> None:
+    rule = SequentialRule(_lognormal(200, 1), 0.05, budget=200)
+    _replay(rule, [v * 1.3 for v in _lognormal(200, 2)])
+    assert rule.verdict == "slower"
+    assert rule.verdict_requests is not None and rule.verdict_requests <= 60
+    last = rule.last
+    assert last is not None and last.low > 1.05 and last.ratio == pytest.approx(1.3, rel=0.05)
+
+
+def test_an_equal_variant_is_equivalent_and_a_short_budget_undecided() -> None:
+    rule = SequentialRule(_lognormal(400, 1), 0.05, budget=400)
+    _replay(rule, _lognormal(400, 2))
+    assert rule.verdict == "equivalent"
+    assert rule.verdict_requests is not None and rule.verdict_requests < 400
+    short = SequentialRule(_lognormal(400, 1), 0.05, budget=25)
+    _replay(short, _lognormal(25, 2))
+    assert (short.verdict, short.verdict_requests) == ("undecided", 25)
+
+
+def test_the_rule_refuses_a_baseline_too_small_for_an_interval() -> None:
+    with pytest.raises(ValueError, match="the baseline level has 5 requests"):
+        SequentialRule([0.02] * 5, 0.05, budget=50)
+
+
+def test_repeated_looks_with_a_plain_interval_err_more_than_the_rule() -> None:
+    # Equal variants, iid: the naive rule (1.96 at every look, "excludes 1") calls some
+    # faster or slower; the rule with error spending and a zero margin stays near 5%.
+    wrong = {"naive": 0, "spending": 0}
+    for trial in range(60):
+        base, var = _lognormal(200, 1000 + trial), _lognormal(200, 5000 + trial)
+        for name, fixed_z in (("naive", 1.959964), ("spending", None)):
+            rule = SequentialRule(base, 0.0, budget=200, seed=trial, fixed_z=fixed_z)
+            _replay(rule, var)
+            wrong[name] += rule.verdict in ("faster", "slower")
+    assert wrong["naive"] > wrong["spending"]
+    assert wrong["spending"] <= 8  # 5% of 60 is 3; binomial's 99.9% bound is 8
