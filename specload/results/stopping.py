@@ -183,7 +183,7 @@ def bandwidth(data: FloatArray) -> float:
         return 0.0
     q1, q3 = np.quantile(data, [0.25, 0.75])
     spread = min(float(np.std(data, ddof=1)), float(q3 - q1) / 1.34) or float(np.std(data))
-    return 0.9 * spread * n ** (-0.2)
+    return float(0.9 * spread * n ** (-0.2))
 
 
 def half_width(est: float, low: float, high: float) -> float:
