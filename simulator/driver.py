@@ -8,7 +8,10 @@ millisecond); timers are set with ``call_later`` from the monotonic clock.
   factor) against absolute deadlines, so timer lateness never accumulates.
 * :class:`FixedDriver` is the fixed-timing profile for accuracy tests: no
   batching; each request gets its first chunk exactly ``ttft_s`` after arrival,
-  then one chunk every ``itl_s``, each of ``tokens_per_chunk`` tokens.
+  then one chunk every ``itl_s``, each of ``tokens_per_chunk`` tokens. With
+  ``itl_jitter`` J > 0 each request's ITL is ``itl_s`` times its own factor, drawn
+  once at its arrival uniformly in [1 - J, 1 + J] from a seeded RNG: the requests'
+  true median ITL (and TPOT) is still exactly ``itl_s``, with a known spread.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -142,11 +146,17 @@ class FixedDriver:
         lag: LagStats,
         kv_cache_tokens: int,
         prefix_cache: PrefixCache | None = None,
+        itl_jitter: float = 0.0,
+        rng: random.Random | None = None,
     ) -> None:
+        if not 0.0 <= itl_jitter < 1.0:
+            raise ValueError(f"itl_jitter {itl_jitter}: must be in [0, 1)")
         self.metrics = metrics
         self.prefix_cache = prefix_cache
         self.ttft_s = ttft_s
         self.itl_s = itl_s
+        self.itl_jitter = itl_jitter
+        self.rng = rng if rng is not None else random.Random(0)
         self.tokens_per_chunk = tokens_per_chunk
         self.degradation = degradation
         self.lag = lag
@@ -167,8 +177,17 @@ class FixedDriver:
         m.running = len(self.active)
         m.kv_cache_usage = min(1.0, self.kv_tokens / max(1, self.kv_cache_tokens))
 
+    def draw_itl(self) -> float:
+        """One request's ITL: ``itl_s`` x a factor uniform in [1 - J, 1 + J] (J = 0: exactly
+        ``itl_s``, and the RNG is not touched)."""
+        jitter = self.itl_jitter
+        if jitter <= 0.0:
+            return self.itl_s
+        return self.itl_s * self.rng.uniform(1.0 - jitter, 1.0 + jitter)
+
     def submit(self, seq: Sequence) -> None:
         loop = asyncio.get_running_loop()
+        itl = self.draw_itl()
         seq.scheduled = seq.arrival
         cache = self.prefix_cache
         if cache is not None:  # counted as the stepping engine does; timing unchanged
@@ -180,7 +199,7 @@ class FixedDriver:
         self.kv_tokens += seq.prompt_tokens
         self.active[seq.rid] = (
             seq,
-            loop.call_later(max(0.0, due - monotonic()), self._tick, seq, due),
+            loop.call_later(max(0.0, due - monotonic()), self._tick, seq, due, itl),
         )
         self._gauges()
 
@@ -194,7 +213,7 @@ class FixedDriver:
         self.metrics.request_success["abort"].inc()
         self._gauges()
 
-    def _tick(self, seq: Sequence, due: float) -> None:
+    def _tick(self, seq: Sequence, due: float, itl: float) -> None:
         if seq.aborted:
             return
         loop = asyncio.get_running_loop()
@@ -222,7 +241,7 @@ class FixedDriver:
             self._gauges()
             seq.emit(seq, r, c, seq.finish_reason, now)
             return
-        next_due = due + self.itl_s * self.degradation.current(now)
+        next_due = due + itl * self.degradation.current(now)
         delay = max(0.0, next_due - monotonic())
-        self.active[seq.rid] = (seq, loop.call_later(delay, self._tick, seq, next_due))
+        self.active[seq.rid] = (seq, loop.call_later(delay, self._tick, seq, next_due, itl))
         seq.emit(seq, r, c, None, now)

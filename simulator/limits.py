@@ -27,32 +27,38 @@ MAX_DEGRADE_FACTOR: Final = 1000.0
 #: Draft tokens per step (k); real deployments use 1-10.
 MAX_SPECULATIVE_TOKENS: Final = 32
 MAX_TP: Final = 1024
+#: ``--fixed-itl-jitter``: each request's ITL factor lies in [1 - J, 1 + J], J below this.
+MAX_FIXED_ITL_JITTER: Final = 0.9
 #: Seconds any one cost-model or drafting time parameter may be.
 MAX_TERM_S: Final = 10.0
 
 
 @dataclass(frozen=True)
 class Bound:
-    """A closed range (``lo`` excluded when ``lo_open``); ``unit`` is said in errors."""
+    """A closed range (``lo`` excluded when ``lo_open``, ``hi`` when ``hi_open``); ``unit``
+    is said in errors."""
 
     lo: float
     hi: float
     lo_open: bool = False
     unit: str = ""
     integer: bool = False
+    hi_open: bool = False
 
     def contains(self, value: float) -> bool:
         if not math.isfinite(value):
             return False
         above = value > self.lo if self.lo_open else value >= self.lo
-        return above and value <= self.hi
+        below = value < self.hi if self.hi_open else value <= self.hi
+        return above and below
 
     def describe(self) -> str:
         kind = "an integer" if self.integer else "a number"
         left = "(" if self.lo_open else "["
+        right = ")" if self.hi_open else "]"
         unit = f" ({self.unit})" if self.unit else ""
         lo, hi = _fmt(self.lo, self.integer), _fmt(self.hi, self.integer)
-        return f"{kind} in {left}{lo}, {hi}]{unit}"
+        return f"{kind} in {left}{lo}, {hi}{right}{unit}"
 
     def check(self, value: float, what: str) -> float:
         """``value`` if inside; else a UsageError ``WHAT: must be a number in [lo, hi]``."""
@@ -128,6 +134,7 @@ FLAG_BOUNDS: Final[Mapping[str, Bound]] = {
     "--degrade-factor": Bound(0.0, MAX_DEGRADE_FACTOR, lo_open=True),
     "--fixed-ttft": _s(MAX_DURATION_S),
     "--fixed-itl": _s(MAX_DURATION_S),
+    "--fixed-itl-jitter": Bound(0.0, MAX_FIXED_ITL_JITTER, hi_open=True),
     "--tp": _n(1, MAX_TP),
     "--num-speculative-tokens": _n(0, MAX_SPECULATIVE_TOKENS),
     "--max-model-len": _n(1, 1 << 24),

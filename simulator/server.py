@@ -89,6 +89,8 @@ class FixedTiming:
     tokens_per_chunk: int
     reasoning_tokens: int
     content_tokens: int
+    #: each request's ITL is ``itl_s`` x a factor uniform in [1 - J, 1 + J], drawn once
+    itl_jitter: float = 0.0
 
 
 @dataclass
@@ -340,6 +342,9 @@ class SimServer:
                 lag=self.lag,
                 kv_cache_tokens=limits.kv_cache_tokens,
                 prefix_cache=prefix_cache,
+                itl_jitter=fixed.itl_jitter,
+                # its own stream of the seed, so the jitter moves no other draw
+                rng=random.Random(f"fixed-itl-jitter:{config.seed}:{self.generation}"),
             )
         else:
             core_rng = random.Random(rng.random())

@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import gc
 import logging
+import math
 import sys
 from pathlib import Path
 
@@ -162,6 +163,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="--timing fixed: then one chunk every ITL (default 0.02 s)",
     )
     t.add_argument(
+        "--fixed-itl-jitter",
+        default="0",
+        metavar="J",
+        help="--timing fixed: each request's ITL is --fixed-itl x a factor drawn once per "
+        "request, uniform in [1-J, 1+J], from the --seed'ed RNG: the true median ITL stays "
+        "--fixed-itl (J in [0, 0.9); default 0, no jitter)",
+    )
+    t.add_argument(
         "--fixed-tokens-per-chunk",
         type=int,
         default=1,
@@ -208,6 +217,16 @@ def _duration(text: str, flag: str) -> float:
     return check_flag(flag, parse_duration(text, name=flag), shown=text)
 
 
+def _jitter(text: str) -> float:
+    """``--fixed-itl-jitter J``: a number in [0, 0.9), else one line naming the bound."""
+    flag = "--fixed-itl-jitter"
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan  # not a number: the bound's own message
+    return check_flag(flag, value, shown=text.strip())
+
+
 def build_config(args: argparse.Namespace) -> SimConfig:
     variant = variant_named(args.variant)
     overrides = parse_assignments(args.spec, "--spec")
@@ -236,6 +255,9 @@ def build_config(args: argparse.Namespace) -> SimConfig:
     ):
         check_flag(f"--{name.replace('_', '-')}", getattr(args, name))
     check_flag("--degrade-factor", args.degrade_factor)
+    jitter = _jitter(str(args.fixed_itl_jitter))
+    if jitter and args.timing != "fixed":
+        raise UsageError(f"--fixed-itl-jitter {args.fixed_itl_jitter}: only with --timing fixed")
     fixed = None
     if args.timing == "fixed":
         for name in ("fixed_tokens_per_chunk", "fixed_reasoning_tokens", "fixed_content_tokens"):
@@ -250,6 +272,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
             tokens_per_chunk=args.fixed_tokens_per_chunk,
             reasoning_tokens=args.fixed_reasoning_tokens,
             content_tokens=args.fixed_content_tokens,
+            itl_jitter=jitter,
         )
     if args.per_request_spec_decode_metrics != "none":
         flag = f"--per-request-spec-decode-metrics {args.per_request_spec_decode_metrics}"
