@@ -24,6 +24,10 @@ result): the truncated share, the acceptance, the window, the verdict.
 Speculation (:mod:`.efficiency`, :mod:`.crossover`): per level of a speculative variant,
 the measured speedup against the ideal one and their ratio; per variant, the concurrency
 at which it stops being faster, with a bootstrap interval.
+
+Stopping (``specload run --precision``/``--against``): per level and run, how its window
+ended (:attr:`LevelComparison.stopped`, the model's words) and the fields behind it; per run
+its rules (:attr:`Comparison.stopping`). The reports show them when a run had rules.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from specload.results.model import (
     TOO_FEW,
     TRUNCATED_SHARE_LIMIT,
     Level,
+    Stopping,
     Summary,
     as_summary,
     read,
@@ -162,6 +167,10 @@ class LevelComparison:
     truncated: list[dict[str, float | None]] = field(default_factory=list)
     # per variant (index 0, the reference: None): speculation efficiency, None without data
     efficiency: list[Efficiency | None] = field(default_factory=list)
+    # per variant: how its window ended (Level.stopped: "decided after 48 requests: slower")
+    # and the summary's fields behind it (Level.stop_fields); None: its summary does not say
+    stopped: list[str | None] = field(default_factory=list)
+    stops: list[dict[str, Any] | None] = field(default_factory=list)
 
 
 @dataclass
@@ -179,6 +188,12 @@ class Comparison:
     crossovers: list[Crossover] = field(default_factory=list)  # per variant after the first
     profiles: list[Profile | None] = field(default_factory=list)  # per variant
     search: SearchComparison | None = None  # every run searched (--search slo): the limits
+    stopping: list[Stopping | None] = field(default_factory=list)  # per run: --precision…
+
+    @property
+    def has_stopping(self) -> bool:
+        """A run had ``--precision`` or ``--against``: the reports say how levels ended."""
+        return any(s is not None for s in self.stopping)
 
     def regressions(self, pct: float) -> list[str]:
         """Where a variant's median TPOT is worse than the first's by more than ``pct``%.
@@ -537,6 +552,8 @@ def compare_runs(
             lc.acceptance.append(accepted.rate)
             lc.mean_acceptance_length.append(accepted.mean_length)
             lc.marks.append(_level_marks(run, info))
+            lc.stopped.append(info.stopped)
+            lc.stops.append(info.stop_fields())
         bounds = [
             window_bounds(info, steps.get(name, []))
             for info, steps in zip(infos, by_run, strict=True)
@@ -615,6 +632,7 @@ def compare_runs(
         crossovers,
         [run.profile for run in runs],
         search,
+        [run.result.stopping for run in runs],
     )
 
 

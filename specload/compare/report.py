@@ -3,11 +3,15 @@
 Both start with the comparison's warnings (runs that differ, incomplete or repaired
 runs, truncated levels), then the rows; every row carries the sample size per side.
 Speculative variants add their efficiency per level and the crossover concurrency
-(:mod:`.efficiency`, :mod:`.crossover`).
+(:mod:`.efficiency`, :mod:`.crossover`). Runs made with ``--precision`` or ``--against``
+add how each level's window ended (``decided after 48 requests: slower``,
+:attr:`specload.results.model.Level.stopped`): a line per level and ``stopping`` in the JSON;
+runs without them read as before.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from specload.compare.crossover import Crossover
@@ -103,6 +107,7 @@ def comparison_markdown(comp: Comparison) -> str:
         "",
     ]
     lines += [f"- {line}" for line in headline(comp)]
+    lines += _stopping_markdown(comp)
     if comp.search is not None:
         lines += ["", *search_markdown(comp.search)]
     lines += _efficiency_markdown(comp)
@@ -125,6 +130,9 @@ def comparison_markdown(comp: Comparison) -> str:
                 f"{', '.join(acc)}",
                 "",
             ]
+        stopped = stopped_line(comp, level)
+        if stopped:
+            lines += [stopped, ""]
         truncated = [
             f"{v}: {share * 100:.0f}%"
             for v, shares in zip(comp.variants, level.truncated, strict=False)
@@ -154,6 +162,38 @@ def comparison_markdown(comp: Comparison) -> str:
                 lines.append("| " + " | ".join(row) + " |")
     lines.append("")
     return "\n".join(lines)
+
+
+def stopped_line(comp: Comparison, level: LevelComparison) -> str | None:
+    """``Stopped (--precision/--against): baseline: budget; ngram: decided after 48
+    requests: slower`` — each run's way out of the level's window (None: no run had a
+    stopping rule, or none says: every level of a plain run ends at its budget)."""
+    if not comp.has_stopping:
+        return None
+    said = [
+        f"{v}: {text}"
+        for v, text in zip(comp.variants, level.stopped, strict=False)
+        if text is not None
+    ]
+    return f"Stopped (--precision/--against): {'; '.join(said)}" if said else None
+
+
+def _stopping_markdown(comp: Comparison) -> list[str]:
+    """The runs' stopping rules (``--precision``, ``--against``), when any run had some."""
+    rules = [
+        f"- {v}: {s.text}"
+        for v, s in zip(comp.variants, comp.stopping, strict=False)
+        if s is not None
+    ]
+    if not rules:
+        return []
+    return [
+        "",
+        "Stopping rules (a level's window ended when its rule said so; the verdicts above are "
+        "this comparison's own, on every request each level measured):",
+        "",
+        *rules,
+    ]
 
 
 def _ratio(value: float | None) -> str:
@@ -354,6 +394,7 @@ def comparison_json(comp: Comparison) -> dict[str, Any]:
                 "mean_acceptance_length": level.mean_acceptance_length,
                 "reasoning_truncated_ratio": [shares.get(ALL) for shares in level.truncated],
                 "efficiency": [_efficiency_json(e) for e in level.efficiency[1:]],
+                **_stops_json(comp, level),
                 "rows": rows,
             }
         )
@@ -380,5 +421,24 @@ def comparison_json(comp: Comparison) -> dict[str, Any]:
         ],
         "crossovers": [_crossover_json(c) for c in comp.crossovers],
         "search": search_json(comp.search) if comp.search is not None else None,
+        **(
+            {"stopping": [None if s is None else asdict(s) for s in comp.stopping]}
+            if comp.has_stopping
+            else {}
+        ),
         "levels": levels,
+    }
+
+
+def _stops_json(comp: Comparison, level: LevelComparison) -> dict[str, Any]:
+    """A level's ``stopping``: per run its summary's fields and ``stopped`` in words (null:
+    the run does not say); absent when no run had a stopping rule (comparisons of older or
+    plain runs unchanged)."""
+    if not comp.has_stopping or all(s is None for s in level.stops):
+        return {}
+    return {
+        "stopping": [
+            None if fields is None else {**fields, "stopped": text}
+            for fields, text in zip(level.stops, level.stopped, strict=True)
+        ]
     }

@@ -11,7 +11,10 @@ interval), every level's figures per category from the typed result
 (:mod:`specload.results.model`: TTFT, TTFCT, TPOT, ITL, tok/s, the truncated share) and
 the comparison's rows, the speculative decoding per channel,
 predictions beside the measured runs (:mod:`.prediction`, drawn by :mod:`.prediction_html`),
-and the service-level objectives (attainment, goodput, ``--search slo``). The tags, tables
+and the service-level objectives (attainment, goodput, ``--search slo``). Runs made with
+``--precision`` or ``--against`` add a *stopped* column to the level tables (the verdicts,
+a single run's summary, the levels' figures): how each level's window ended, in the model's
+words (:attr:`specload.results.model.Level.stopped`). The tags, tables
 and number formats are :mod:`.markup`'s.
 
 Every string from the results is escaped (:func:`html.escape`); the file references
@@ -183,9 +186,20 @@ def _verdicts_section(comp: Comparison) -> Markup:
             f"{comp.min_difference * 100:g}%; {TOO_FEW} below {comp.min_n} samples on a side.",
         )
     )
+    rules = [f"{v}: {s.text}" for v, s in zip(comp.variants, comp.stopping, strict=False) if s]
+    if rules:
+        out.append(
+            tag(
+                "p",
+                "Stopping rules (the stopped columns: how each level's window ended; the "
+                f"verdicts are this comparison's own): {'; '.join(rules)}.",
+                class_="note",
+            )
+        )
     for i, variant in enumerate(comp.variants[1:], start=1):
         by_verdict: dict[str, list[str]] = {}
         rows = []
+        sides = _stopped_sides(comp, (0, i))
         for level in comp.levels:
             tpot = level.cells.get((ALL, "tpot"))
             tok = level.cells.get((ALL, "output_throughput"))
@@ -217,6 +231,7 @@ def _verdicts_section(comp: Comparison) -> Markup:
             row.append(rate(level.acceptance[i]) if i < len(level.acceptance) else "-")
             marks = [m for k in (0, i) for m in (level.marks[k] if k < len(level.marks) else [])]
             row.append(", ".join(dict.fromkeys(marks)) or "")
+            row += [_stopped(level, k) for k in sides]
             rows.append(row)
         header = [
             "level",
@@ -233,6 +248,7 @@ def _verdicts_section(comp: Comparison) -> Markup:
             "tok/s verdict",
             "acceptance rate",
             "marks",
+            *(f"{comp.variants[k]} stopped" for k in sides),
         ]
         out += [
             tag("h3", f"{variant} vs {ref}"),
@@ -247,6 +263,19 @@ def _verdicts_section(comp: Comparison) -> Markup:
         out.append(tag("p", crossover_line(comp, cross), class_="crossover"))
     out.append(_efficiency_table(comp))
     return join(out)
+
+
+def _stopped_sides(comp: Comparison, sides: Sequence[int]) -> list[int]:
+    """The runs (of ``sides``) whose levels say how they stopped, when a run of the
+    comparison had ``--precision`` or ``--against`` (else none: the page as before)."""
+    if not comp.has_stopping:
+        return []
+    return [k for k in sides if any(k < len(lc.stopped) and lc.stopped[k] for lc in comp.levels)]
+
+
+def _stopped(level: LevelComparison, k: int) -> str:
+    text = level.stopped[k] if k < len(level.stopped) else None
+    return text or "-"
 
 
 def _efficiency_table(comp: Comparison) -> Markup:
@@ -401,13 +430,20 @@ def _levels_section(runs: Sequence[Run], comp: Comparison | None) -> Markup:
         ),
     ]
     compared = {lc.name: lc for lc in comp.levels} if comp is not None else {}
+    stops = any(run.result.stopping is not None for run in runs)  # a "stopped" column
     for name in _level_names(runs):
         present = [(run, run.level(name)) for run in runs]
         levels = [(run, lv) for run, lv in present if lv is not None]
         first = levels[0][1]
         cats = [ALL, *sorted({c for _, lv in levels for c in lv.categories} - {ALL})]
-        rows = [measured_row(run, lv, cat) for cat in cats for run, lv in levels]
-        out += [tag("h3", level_title(first), id=f"level-{name}"), table(MEASURED_HEADER, rows)]
+        rows = [
+            measured_row(run, lv, cat)
+            + ([(lv.stopped or "-") if cat == ALL else ""] if stops else [])
+            for cat in cats
+            for run, lv in levels
+        ]
+        header = [*MEASURED_HEADER, "stopped"] if stops else MEASURED_HEADER
+        out += [tag("h3", level_title(first), id=f"level-{name}"), table(header, rows)]
         if comp is not None and name in compared:
             out.append(_comparison_rows(comp, compared[name]))
         elif comp is not None:
@@ -612,31 +648,36 @@ def _method_section(comp: Comparison | None) -> Markup:
 
 def _single_run_verdict(run: Run) -> Markup:
     rows = []
+    stopping = run.result.stopping  # --precision/--against: how each level ended
     for level in run.result.levels:
         fig = level.figures
-        rows.append(
-            [
-                level_title(level),
-                fig.completed,
-                fig.failed,
-                ms(fig.median_tpot_ms),
-                tok_s(fig.output_throughput),
-                rate(level.acceptance.rate),
-                ", ".join(level.flags),
-            ]
-        )
-    header = ["level", "n", "failed", "median TPOT (ms)", "output tok/s", "acceptance", "flags"]
-    return join(
-        [
-            tag("h2", "Summary", id="verdicts"),
-            tag(
-                "p",
-                f"One run of {run.label}: no verdict without a reference (run `specload "
-                "report` with the baseline's directory first).",
-            ),
-            table(header, rows),
+        row: list[object] = [
+            level_title(level),
+            fig.completed,
+            fig.failed,
+            ms(fig.median_tpot_ms),
+            tok_s(fig.output_throughput),
+            rate(level.acceptance.rate),
+            ", ".join(level.flags),
         ]
-    )
+        if stopping is not None:
+            row.append(level.stopped or "-")
+        rows.append(row)
+    header = ["level", "n", "failed", "median TPOT (ms)", "output tok/s", "acceptance", "flags"]
+    if stopping is not None:
+        header.append("stopped")
+    parts: list[object] = [
+        tag("h2", "Summary", id="verdicts"),
+        tag(
+            "p",
+            f"One run of {run.label}: no verdict without a reference (run `specload "
+            "report` with the baseline's directory first).",
+        ),
+    ]
+    if stopping is not None:
+        parts.append(tag("p", f"Stopping: {stopping.text}.", class_="note"))
+    parts.append(table(header, rows))
+    return join(parts)
 
 
 STYLE = """

@@ -18,7 +18,12 @@ fallback is decided once, here:
   times; and the planned window of a run (:attr:`Summary.planned_window`): its options,
   else its first level;
 - the **median** (:func:`median`, the lower median) and the **verdict** (:func:`verdict`).
-  The median's interval is :mod:`specload.results.bootstrap` (the moving-block bootstrap).
+  The median's interval is :mod:`specload.results.bootstrap` (the moving-block bootstrap);
+- **how a level stopped** (``specload run --precision``/``--against``): the level's
+  ``stop_reason``, ``precision_*`` and ``verdict_*`` fields and, in words, :attr:`Level.stopped`
+  (``precise ±1.8% after 64 requests``, ``decided after 48 requests: slower``); the run's
+  rules are :attr:`Summary.stopping` (:class:`Stopping`). Summaries written before them have
+  none: every such field reads None and every reader shows what it showed before.
 
 A figure that is not a finite number reads as None (:func:`finite_number`). Nothing here
 imports numpy: the model is light.
@@ -53,6 +58,7 @@ __all__ = [
     "Slo",
     "SpecDecode",
     "SpecPart",
+    "Stopping",
     "Summary",
     "as_summary",
     "finite_number",
@@ -433,10 +439,100 @@ class Outage:
     phase: str | None = None
 
 
+# -- how a level stopped (--precision, --against) -----------------------------------------------
+
+STOP_PRECISE, STOP_DECIDED, STOP_BUDGET, STOP_INTERRUPTED = (
+    "precise",
+    "decided",
+    "budget",
+    "interrupted",
+)
+VERDICT_UNDECIDED = "undecided"
+# summary.json's keys of a level's stopping, in the order Level.stop_fields gives them
+STOP_KEYS = (
+    "stop_reason",
+    "precision_half_width",
+    "precision_requests",
+    "verdict",
+    "verdict_requests",
+    "verdict_ratio",
+    "verdict_interval",
+    "verdict_looks",
+)
+
+
+def _after(requests: int | None) -> str:
+    return "" if requests is None else f" after {requests} requests"
+
+
+def _interval(value: Any) -> tuple[float, float] | None:
+    """``[low, high]`` as a pair of finite numbers (None: anything else)."""
+    if not isinstance(value, list | tuple) or len(value) != 2:
+        return None
+    low, high = finite_number(value[0]), finite_number(value[1])
+    return None if low is None or high is None else (low, high)
+
+
+@dataclass(frozen=True)
+class Stopping:
+    """A run's ``stopping`` block: the rules that could end its levels before their budget
+    (``--precision``, ``--against`` with ``--margin``; :mod:`specload.results.stopping`)."""
+
+    metric: str = "tpot"
+    precision: float | None = None  # a share of the estimate (0.02: ±2%)
+    min_requests: int | None = None
+    against: str | None = None  # the baseline's results directory
+    margin: float | None = None  # a share of the baseline's median
+    confidence: float | None = None
+    method: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The figure the rules watch: ``median TPOT``."""
+        return f"median {self.metric.upper()}"
+
+    @property
+    def text(self) -> str:
+        """The rules in one line (summary.md, the HTML report, compare): ``a level ends once
+        the 95% interval of its median TPOT is within ±2% (precise), never before 20
+        requests``."""
+        conf = "" if self.confidence is None else f"{self.confidence * 100:g}% "
+        parts = []
+        if self.precision is not None:
+            parts.append(
+                f"the {conf}interval of its {self.label} is within "
+                f"±{self.precision * 100:g}% (precise)"
+            )
+        if self.against is not None:
+            margin = "the same" if self.margin is None else f"within ±{self.margin * 100:g}%"
+            parts.append(
+                f"its {self.label} is known faster, slower or {margin} against {self.against} "
+                "(decided)"
+            )
+        if not parts:
+            return "every level runs its budget"
+        text = "a level ends once " + " or once ".join(parts)
+        if self.min_requests is not None:
+            text += f", never before {self.min_requests} requests"
+        return text + ", else at its budget"
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Stopping:
+        return cls(
+            metric=str(raw.get("metric") or "tpot"),
+            precision=finite_number(raw.get("precision")),
+            min_requests=_int(raw.get("min_requests")),
+            against=_str(raw.get("against")),
+            margin=finite_number(raw.get("margin")),
+            confidence=finite_number(raw.get("confidence")),
+            method=_str(raw.get("method")),
+        )
+
+
 @dataclass(frozen=True)
 class Level:
     """One level of a sweep: its load, its figures (all requests and per category), its
-    server block, flags and warnings."""
+    server block, flags and warnings, and how its window ended."""
 
     name: str
     concurrency: int | None
@@ -458,7 +554,17 @@ class Level:
     tokens_reconciled: bool | None = None
     users_held: float | None = None
     search_step: int | None = None
+    search_cut_short: str | None = None  # --search: why the window ended early
     slo: Slo | None = None  # --slo: the objectives and the share failing each
+    # how the window ended (summary.json since --precision/--against; older ones: None)
+    stop_reason: str | None = None  # precise, decided, budget, interrupted
+    precision_half_width: float | None = None  # --precision: ratio of the estimate (0.018)
+    precision_requests: int | None = None  # requests at its last look
+    verdict: str | None = None  # --against: faster, slower, equivalent, undecided
+    verdict_requests: int | None = None
+    verdict_ratio: float | None = None  # variant / baseline median
+    verdict_interval: tuple[float, float] | None = None  # [low, high] ratios
+    verdict_looks: int | None = None
 
     @property
     def acceptance(self) -> Acceptance:
@@ -493,6 +599,51 @@ class Level:
     def category(self, name: str) -> Figures | None:
         """A category's figures (``all``: the level's)."""
         return self.figures if name == "all" else self.categories.get(name)
+
+    @property
+    def stopped(self) -> str | None:
+        """How the level's window ended, in words, as every reader shows it (None: the
+        summary does not say — written before ``stop_reason``, or the level still runs):
+
+        - ``precise ±1.8% after 64 requests`` (``--precision`` reached),
+        - ``decided after 48 requests: slower`` (``--against``'s verdict known),
+        - ``decided by the search: missed`` (``--search`` cut it short),
+        - ``budget``, ``interrupted``;
+
+        what the other rule knew by then follows in parentheses: ``budget (±3.1% after 200
+        requests; undecided after 200 requests)``. A precision that could not be measured
+        (too few requests) is left out.
+        """
+        reason = self.stop_reason
+        if reason is None:
+            return None
+        precision = None
+        if self.precision_half_width is not None:
+            precision = f"±{self.precision_half_width * 100:.1f}%{_after(self.precision_requests)}"
+        judged = None
+        if self.verdict is not None:
+            judged = f"{self.verdict}{_after(self.verdict_requests)}"
+        rest: list[str | None]
+        if reason == STOP_PRECISE and precision is not None:
+            head, rest = f"{reason} {precision}", [judged]
+        elif reason == STOP_DECIDED and self.verdict not in (None, VERDICT_UNDECIDED):
+            head, rest = f"{reason}{_after(self.verdict_requests)}: {self.verdict}", [precision]
+        elif reason == STOP_DECIDED and self.search_cut_short:
+            head, rest = f"{reason} by the search: {self.search_cut_short}", [precision, judged]
+        else:
+            head, rest = reason, [precision, judged]
+        extra = "; ".join(r for r in rest if r)
+        return f"{head} ({extra})" if extra else head
+
+    def stop_fields(self) -> dict[str, Any] | None:
+        """The level's stopping as ``summary.json`` keys (:data:`STOP_KEYS`), as read here
+        (None: the summary does not say how the level ended)."""
+        if self.stop_reason is None:
+            return None
+        out = {key: getattr(self, key) for key in STOP_KEYS}
+        if self.verdict_interval is not None:
+            out["verdict_interval"] = list(self.verdict_interval)
+        return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Level:
@@ -532,7 +683,16 @@ class Level:
             tokens_reconciled=_bool(raw.get("tokens_reconciled")),
             users_held=finite_number(raw.get("users_held")),
             search_step=_int(raw.get("search_step")),
+            search_cut_short=_str(raw.get("search_cut_short")),
             slo=Slo.from_dict(slo) if isinstance(slo, Mapping) else None,
+            stop_reason=_str(raw.get("stop_reason")),
+            precision_half_width=finite_number(raw.get("precision_half_width")),
+            precision_requests=_int(raw.get("precision_requests")),
+            verdict=_str(raw.get("verdict")),
+            verdict_requests=_int(raw.get("verdict_requests")),
+            verdict_ratio=finite_number(raw.get("verdict_ratio")),
+            verdict_interval=_interval(raw.get("verdict_interval")),
+            verdict_looks=_int(raw.get("verdict_looks")),
         )
 
 
@@ -609,6 +769,7 @@ class Summary:
     repaired_from: str | None = None  # repair.from_status
     search: Search | None = None
     server_info: Mapping[str, Any] | None = None
+    stopping: Stopping | None = None  # --precision/--against (None: none, or an older run)
     path: Path | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -658,6 +819,7 @@ def from_dict(raw: Mapping[str, Any], path: str | Path | None = None) -> Summary
     levels = tuple(Level.from_dict(lv) for lv in raw.get("levels") or () if isinstance(lv, Mapping))
     search = raw.get("search")
     info = raw.get("server_info")
+    stopping = raw.get("stopping")
     return Summary(
         status=str(raw.get("status") or "unknown"),
         variant=_str(raw.get("variant")),
@@ -674,6 +836,7 @@ def from_dict(raw: Mapping[str, Any], path: str | Path | None = None) -> Summary
         repaired_from=_str(_map(raw.get("repair")).get("from_status")),
         search=Search.from_dict(search) if isinstance(search, Mapping) and search else None,
         server_info=info if isinstance(info, Mapping) else None,
+        stopping=Stopping.from_dict(stopping) if isinstance(stopping, Mapping) else None,
         path=None if path is None else Path(path),
         raw=raw,
     )

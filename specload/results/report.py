@@ -52,6 +52,13 @@ _STATUS_NOTES = {
 }
 
 
+_STOPPED_NOTE = (
+    " stopped: how the level's window ended — precise (its median's interval within "
+    "--precision), decided (its verdict against --against known), budget (its --duration or "
+    "--requests spent) or interrupted — with the requests it took."
+)
+
+
 def _pct(value: Any) -> str:
     text = share(value)
     return text if text == "-" else f"{value * 100:.1f}%"
@@ -109,6 +116,9 @@ def summary_markdown(summary: Summary | Mapping[str, Any]) -> str:
     ]
     if run.stop_reason:
         lines.append(f"- stop reason: {run.stop_reason}")
+    stopping = run.stopping  # --precision/--against: a "stopped" column (older runs: none)
+    if stopping is not None:
+        lines.append(f"- stopping: {stopping.text}")
     warnings = [(level_label(level), w) for level in levels for w in level.warnings]
     flagged = [
         (level_label(level), ", ".join(level.flags))
@@ -126,13 +136,15 @@ def summary_markdown(summary: Summary | Mapping[str, Any]) -> str:
         "## Levels",
         "",
         "n: completed requests (the sample of every median); truncated: completed requests "
-        "that ended inside reasoning at max_tokens (their TTFCT is missing).",
+        "that ended inside reasoning at max_tokens (their TTFCT is missing)."
+        + (_STOPPED_NOTE if stopping is not None else ""),
         "",
         f"| {load} | n | failed | unfinished | out tok/s | median TPOT ms | p90 TPOT ms "
         "| median TTFT ms | median TTFCT ms | reasoning tok | content tok "
         + ("| tool tok " if tools else "")
-        + "| truncated | tok/chunk | acceptance | flags |",
-        "|---" * (15 + tools) + "|",
+        + "| truncated | tok/chunk | acceptance | flags |"
+        + (" stopped |" if stopping is not None else ""),
+        "|---" * (15 + tools + (stopping is not None)) + "|",
     ]
     for level in levels:
         f = level.figures
@@ -149,6 +161,7 @@ def summary_markdown(summary: Summary | Mapping[str, Any]) -> str:
             f"| {_truncated(f)} | {fmt(f.mean_tokens_per_chunk, 2)} "
             f"| {fmt(acc, 3) if acc is not None else '-'} "
             f"| {', '.join(level.flags) or '-'} |"
+            + (f" {level.stopped or '-'} |" if stopping is not None else "")
         )
     lines += ["", "## Per category (n / median TPOT ms / output tok/s / truncated)", ""]
     cats = run.categories

@@ -372,3 +372,215 @@ def test_the_forecasts_interval_is_the_block_bootstrap(tmp_path: Path, monkeypat
     assert seen, "the forecast's interval did not draw moving blocks"
     assert all(block in (block_length(n, 1), block_length(n, 4)) for n, block in seen)
     assert any(block >= 4 for _, block in seen)  # c4: blocks of at least 4 requests
+
+
+# -- how a level stopped (--precision, --against) ----------------------------------------------
+
+STOPPING = {
+    "metric": "tpot",
+    "precision": 0.02,
+    "min_requests": 20,
+    "against": "results/baseline",
+    "margin": 0.05,
+    "confidence": 0.95,
+    "method": "repeated confidence intervals, Lan-DeMets error spending (Pocock type)",
+}
+# the variant's two levels: c1 precise at 64 requests (its verdict then undecided), c4
+# decided slower at 48 (its precision then ±4.0%)
+STOPS = {
+    "c1": {
+        "stop_reason": "precise",
+        "precision_half_width": 0.018,
+        "precision_requests": 64,
+        "verdict": "undecided",
+        "verdict_requests": 64,
+        "verdict_ratio": 1.01,
+        "verdict_interval": [0.97, 1.06],
+        "verdict_looks": 4,
+    },
+    "c4": {
+        "stop_reason": "decided",
+        "precision_half_width": 0.04,
+        "precision_requests": 48,
+        "verdict": "slower",
+        "verdict_requests": 48,
+        "verdict_ratio": 1.2,
+        "verdict_interval": [1.08, 1.31],
+        "verdict_looks": 3,
+    },
+}
+STOPPED = {
+    "c1": "precise ±1.8% after 64 requests (undecided after 64 requests)",
+    "c4": "decided after 48 requests: slower (±4.0% after 48 requests)",
+}
+
+
+def test_level_and_summary_read_the_stopping_fields() -> None:
+    raw = {"name": "c4", "concurrency": 4, **STOPS["c4"]}
+    level = Level.from_dict(raw)
+    assert (level.stop_reason, level.verdict, level.verdict_requests) == ("decided", "slower", 48)
+    assert (level.precision_half_width, level.precision_requests) == (0.04, 48)
+    assert (level.verdict_ratio, level.verdict_interval, level.verdict_looks) == (
+        1.2,
+        (1.08, 1.31),
+        3,
+    )
+    assert level.stopped == STOPPED["c4"]
+    assert level.stop_fields() == STOPS["c4"]  # the summary's keys, as written
+    # the words, one case each
+    cases = [
+        ({"stop_reason": "precise", "precision_half_width": 0.018, "precision_requests": 64},
+         "precise ±1.8% after 64 requests"),
+        ({"stop_reason": "decided", "verdict": "faster", "verdict_requests": 30},
+         "decided after 30 requests: faster"),
+        ({"stop_reason": "decided", "search_cut_short": "missed"}, "decided by the search: missed"),
+        ({"stop_reason": "budget", "verdict": "undecided", "verdict_requests": 200},
+         "budget (undecided after 200 requests)"),
+        ({"stop_reason": "budget", "precision_half_width": None, "precision_requests": None},
+         "budget"),  # precision not measured: too few requests
+        ({"stop_reason": "interrupted"}, "interrupted"),
+    ]  # fmt: skip
+    for fields, want in cases:
+        assert Level.from_dict({"name": "c1", **fields}).stopped == want, fields
+    # an older summary: no field, every reader as before
+    old = Level.from_dict({"name": "c1", "concurrency": 1})
+    assert old.stop_reason is None and old.verdict is None and old.verdict_interval is None
+    assert old.stopped is None and old.stop_fields() is None
+    # figures that are not numbers read as None, like every figure
+    odd = Level.from_dict(
+        {
+            "name": "c1",
+            "stop_reason": "budget",
+            "precision_half_width": "2%",
+            "verdict_requests": True,
+            "verdict_interval": [1.0],
+        }
+    )
+    assert odd.precision_half_width is None and odd.verdict_requests is None
+    assert odd.verdict_interval is None and odd.stopped == "budget"
+
+    summary = from_dict({"levels": [raw], "stopping": STOPPING})
+    assert summary.stopping is not None
+    assert (summary.stopping.metric, summary.stopping.precision, summary.stopping.margin) == (
+        "tpot",
+        0.02,
+        0.05,
+    )
+    assert summary.stopping.against == "results/baseline"
+    assert summary.stopping.min_requests == 20 and summary.stopping.confidence == 0.95
+    assert summary.stopping.text == (
+        "a level ends once the 95% interval of its median TPOT is within ±2% (precise) or "
+        "once its median TPOT is known faster, slower or within ±5% against results/baseline "
+        "(decided), never before 20 requests, else at its budget"
+    )
+    assert from_dict({"levels": [raw], "stopping": None}).stopping is None
+    assert from_dict({"levels": [raw]}).stopping is None
+
+
+def _with_stops(path: Path, stops: dict[str, dict[str, Any]] | None, stopping: Any) -> None:
+    """Rewrite ``path``'s summary: ``stops`` per level (None: the keys removed, an older
+    summary) and the top-level ``stopping`` (``...``: removed)."""
+    raw = orjson.loads((path / "summary.json").read_bytes())
+    for lv in raw["levels"]:
+        for key in STOPS["c1"]:
+            lv.pop(key, None)
+        if stops is not None:
+            lv.update(stops.get(lv["name"], {"stop_reason": "budget"}))
+    raw.pop("stopping", None)
+    if stopping is not ...:
+        raw["stopping"] = stopping
+    jsonschema.validate(raw, summary_schema())
+    (path / "summary.json").write_bytes(orjson.dumps(raw))
+
+
+def _readers(base: Path, var: Path) -> dict[str, str]:
+    """What every reader writes of the pair (the page with a fixed date)."""
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    from specload.compare.model import compare_runs, load_run  # noqa: PLC0415
+    from specload.compare.report import comparison_json, comparison_markdown  # noqa: PLC0415
+    from specload.report.html import report_html  # noqa: PLC0415
+    from specload.results.report import summary_markdown  # noqa: PLC0415
+
+    runs = [load_run(base), load_run(var)]
+    comp = compare_runs(runs, n_boot=50)
+    when = datetime(2026, 12, 4, tzinfo=UTC)
+    return {
+        "summary.md": summary_markdown(read(var)),
+        "comparison.md": comparison_markdown(comp),
+        "comparison.json": orjson.dumps(comparison_json(comp)).decode(),
+        "comparison.html": report_html(runs, comp, generated=when),
+        "run.html": report_html([runs[1]], None, generated=when),
+    }
+
+
+def test_readers_of_runs_without_stopping_are_unchanged(tmp_path: Path) -> None:
+    # An older summary (no stop_reason, no stopping) and a plain new one (every level
+    # "budget", stopping null) read the same in every reader, byte for byte.
+    base = make_run(tmp_path / "base", "baseline", 13.6, levels=(1, 4), n=40)
+    var = make_run(tmp_path / "var", "ngram", 15.0, levels=(1, 4), n=40, seed=2)
+    _with_stops(base, None, ...)
+    _with_stops(var, None, ...)
+    old = _readers(base, var)
+    _with_stops(base, {}, None)
+    _with_stops(var, {}, None)
+    assert _readers(base, var) == old
+    for text in old.values():
+        assert "stopped" not in text.lower() and "Stopping" not in text
+
+
+def test_every_reader_shows_how_each_level_stopped(tmp_path: Path) -> None:
+    # The variant ran with --precision 2% --against the baseline: summary.md, compare (its
+    # Markdown and JSON) and the HTML report (the comparison's page and the run's alone) show
+    # each level's way out in the model's words; a reader that drops a field fails here.
+    from specload.compare.model import compare_runs, load_run  # noqa: PLC0415
+    from specload.compare.report import comparison_json  # noqa: PLC0415
+
+    base = make_run(tmp_path / "base", "baseline", 13.6, levels=(1, 4), n=40)
+    var = make_run(tmp_path / "var", "ngram", 15.0, levels=(1, 4), n=40, seed=2)
+    _with_stops(base, {}, None)  # a plain new run: every level "budget"
+    _with_stops(var, STOPS, STOPPING)
+    model = read(var)
+    assert {lv.name: lv.stopped for lv in model.levels} == STOPPED
+    out = _readers(base, var)
+
+    # summary.md: the rules, then a "stopped" column
+    md = out["summary.md"]
+    assert f"- stopping: {model.stopping.text}" in md  # type: ignore[union-attr]
+    assert md.splitlines()[md.splitlines().index("## Levels") + 4].endswith("| flags | stopped |")
+    for c, name in ((1, "c1"), (4, "c4")):
+        row = next(line for line in md.splitlines() if line.startswith(f"| {c} |"))
+        assert row.endswith(f"| {STOPPED[name]} |")
+
+    # compare: a line per level (both runs), the rules, and the JSON's fields
+    cmd = out["comparison.md"]
+    assert "Stopping rules" in cmd and f"- ngram: {model.stopping.text}" in cmd  # type: ignore[union-attr]
+    for name in ("c1", "c4"):
+        assert f"Stopped (--precision/--against): baseline: budget; ngram: {STOPPED[name]}" in cmd
+    data = comparison_json(compare_runs([load_run(base), load_run(var)], n_boot=50))
+    assert data["stopping"][0] is None and data["stopping"][1] == STOPPING
+    for level in data["levels"]:
+        ref, mine = level["stopping"]
+        assert ref["stop_reason"] == "budget" and ref["stopped"] == "budget"
+        assert mine == {**STOPS[level["name"]], "stopped": STOPPED[level["name"]]}
+
+    # the HTML report: the verdicts' table, the run's summary and every level's figures
+    page, alone = out["comparison.html"], out["run.html"]
+    for name, c in (("c1", 1), ("c4", 4)):
+        verdicts = _table(page, "level", "ngram stopped")
+        row = next(r for r in verdicts if r["level"] == f"concurrency {c}")
+        assert row["ngram stopped"] == STOPPED[name] and row["baseline stopped"] == "budget"
+        summary = _table(alone, "level", "stopped")
+        assert (
+            next(r for r in summary if r["level"] == f"concurrency {c} ({name})")["stopped"]
+            == (STOPPED[name])
+        )
+        for html_page in (page, alone):
+            measured = _table(html_page, "level", "truncated")
+            row = next(
+                r
+                for r in measured
+                if r["level"] == name and r["variant"] == "ngram" and r["category"] == "all"
+            )
+            assert row["stopped"] == STOPPED[name]
+    assert "Stopping: a level ends once" in alone
