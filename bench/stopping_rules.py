@@ -99,9 +99,9 @@ def pools() -> dict[str, dict[str, list[Pool]]]:
     out: dict[str, dict[str, list[Pool]]] = {}
     for kind, folder in (("sim", SIM_DIR), ("vllm", VLLM_DIR)):
         for path in sorted(folder.glob("*.requests.jsonl.gz")):
-            run = path.name.split(".")[0].rsplit("_", 1)[-1]
-            for pool in read_pool(path, f"{kind} {run}"):
-                out.setdefault(kind, {}).setdefault(pool.level, []).append(pool)
+            server, run = path.name.split(".")[0].rsplit("_", 1)
+            for pool in read_pool(path, f"{kind} {server} {run}"):
+                out.setdefault(f"{kind} {server}", {}).setdefault(pool.level, []).append(pool)
     return out
 
 
@@ -255,9 +255,8 @@ def level_report(
         scen.append(run_scenario(name, draw(base, var, n, factor), c, trials, seed, **kw))
     out["scenarios"] = scen
     power = scen[2]["shares"]["slower"]
-    sizes = sorted(
-        {max(MIN_REQUESTS_DEFAULT, round(n * f)) for f in (0.3, 0.5, 0.75, 1.0, 1.5, 2.0)}
-    )
+    fractions = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.75, 1.0, 1.5, 2.0)
+    sizes = sorted({max(MIN_REQUESTS_DEFAULT, round(n * f)) for f in fractions})
     grid = fixed_power(lambda k: draw(a, a, k, 1.10), c, sizes, max(200, trials // 4), 99)
     out["fixed_power"] = grid
     equal = next((g["n"] for g in grid if g["power"] >= power), None)
@@ -269,12 +268,15 @@ def level_report(
 # -- precision --------------------------------------------------------------------------------
 
 
-def precision_report(pool: Pool, truth: float, runs: int, target: float) -> dict[str, Any]:
+def precision_report(
+    pool: Pool, truth: float, runs: int, target: float, physical: float | None = None
+) -> dict[str, Any]:
     """``runs`` seeded replays of the pool (disjoint stretches where the pool allows) through
     the precision rule: how often it ends precise, how precise, and whether the truth is in."""
     rng = np.random.default_rng(7)
     ended: Counter[str] = Counter()
     inside = 0
+    inside_physical = 0
     widths = []
     used = []
     for k in range(runs):
@@ -293,6 +295,7 @@ def precision_report(pool: Pool, truth: float, runs: int, target: float) -> dict
         assert rule.interval is not None
         low, high = rule.interval
         inside += low <= truth <= high
+        inside_physical += physical is not None and low <= physical <= high
         widths.append(rule.half_width or math.inf)
         used.append(n)
     return {
@@ -302,7 +305,10 @@ def precision_report(pool: Pool, truth: float, runs: int, target: float) -> dict
         "target": target,
         "ended": dict(ended),
         "max_half_width": max(widths),
+        "truth": truth,
         "truth_inside": inside / runs,
+        "physical_truth": physical,
+        "physical_truth_inside": inside_physical / runs if physical is not None else None,
         "mean_requests": float(np.mean(used)),
     }
 
@@ -310,24 +316,42 @@ def precision_report(pool: Pool, truth: float, runs: int, target: float) -> dict
 # -- recording the simulator's pools ---------------------------------------------------------
 
 
+# The fixed-timing pool: every request's ITL is FIXED_ITL_S times a factor uniform in
+# [1 - J, 1 + J] (``sim --fixed-itl-jitter``): the true median TPOT is FIXED_ITL_S.
+FIXED_ITL_S = 0.02
+FIXED_JITTER = 0.2
+FIXED = [
+    *("--timing", "fixed", "--fixed-itl", str(FIXED_ITL_S), "--fixed-ttft", "0.05"),
+    *("--fixed-itl-jitter", str(FIXED_JITTER)),
+    *("--fixed-reasoning-tokens", "40", "--fixed-content-tokens", "10"),
+]
+
+
 def record_sim(args: argparse.Namespace) -> None:
     from tests.fixtures.sim import start_sim  # noqa: PLC0415 - only to record
 
     SIM_DIR.mkdir(parents=True, exist_ok=True)
-    for run, seed in (("a", 1), ("b", 2)):
+    runs = [
+        ("baseline_a", ["--time-scale", str(args.time_scale), "--seed", "1"], "1,4", args.requests),
+        ("baseline_b", ["--time-scale", str(args.time_scale), "--seed", "2"], "1,4", args.requests),
+        ("fixed_a", [*FIXED, "--seed", "3"], "1,4", args.requests),
+    ]
+    for name, sim_args, levels, requests in runs:
+        if args.only and name not in args.only.split(","):
+            continue
         with tempfile.TemporaryDirectory() as tmp:
-            sim = start_sim(["--time-scale", str(args.time_scale), "--seed", str(seed)], Path(tmp))
+            sim = start_sim(sim_args, Path(tmp))
             try:
                 out = Path(tmp) / "out"
                 cmd = [
                     sys.executable, "-m", "specload", "run", "--host", sim.url,
-                    "--concurrency", "1,4", "--requests", str(args.requests),
-                    "--warmup", "2s", "--max-tokens", "160", "--prompt-seed", str(seed),
+                    "--concurrency", levels, "--requests", str(requests),
+                    "--warmup", "2s", "--max-tokens", "160", "--prompt-seed", "1",
                     "--metrics-address", "off", "--progress", "off", "--no-plots",
                     "--out", str(out),
                 ]  # fmt: skip
                 subprocess.run(cmd, check=True, timeout=3600)
-                keep = SIM_DIR / f"baseline_{run}.requests.jsonl.gz"
+                keep = SIM_DIR / f"{name}.requests.jsonl.gz"
                 with open(out / "requests.jsonl") as src, gzip.open(keep, "wt") as dst:
                     for line in src:
                         r = json.loads(line)
@@ -342,15 +366,34 @@ def main() -> None:
     parser.add_argument("command", nargs="?", default="harness", choices=("harness", "record-sim"))
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--budget", type=int, default=None)
+    parser.add_argument("--precision-runs", type=int, default=40)
     parser.add_argument("--out", default=None)
     parser.add_argument("--requests", type=int, default=300, help="record-sim: per level")
     parser.add_argument("--time-scale", type=float, default=10.0, help="record-sim")
+    parser.add_argument(
+        "--only",
+        default="",
+        help="record-sim: these runs only (baseline_a,fixed_a); the harness: these kinds only "
+        "(sim baseline,vllm plain)",
+    )
     args = parser.parse_args()
     if args.command == "record-sim":
         record_sim(args)
         return
     report: dict[str, Any] = {"trials": args.trials, "margin": MARGIN, "levels": []}
-    for kind, levels in pools().items():
+    found = pools()
+    report["precision"] = []
+    for kind, levels in found.items():
+        for runs in levels.values():
+            pool = runs[0]
+            truth = float(np.sort(pool.values)[(len(pool.values) - 1) // 2])  # the lower median
+            physical = FIXED_ITL_S if "fixed" in kind else None
+            rep = precision_report(pool, truth, args.precision_runs, 0.02, physical)
+            report["precision"].append(rep)
+            print(json.dumps(rep), flush=True)
+    for kind, levels in found.items():
+        if args.only and kind not in args.only.split(","):
+            continue
         for level, runs in levels.items():
             rep = level_report(kind, level, runs, args.trials, args.budget)
             report["levels"].append(rep)
