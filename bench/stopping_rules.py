@@ -86,7 +86,7 @@ def read_pool(path: Path, source: str, metric: str = "tpot_s") -> list[Pool]:
             r = json.loads(line)
             step = str(r.get("step") or "")
             value = r.get(metric)
-            if not r.get("ok") or not step.startswith("c") or "-" in step or not value:
+            if not r.get("ok") or not step.startswith("c") or "-" in step or value is None:
                 continue
             by_step.setdefault(step, []).append((float(r["start_s"]), float(value)))
     return [

@@ -81,7 +81,7 @@ class Metric:
         if not record.ok:
             return None
         raw = getattr(record, self.attr)
-        if raw is None or not math.isfinite(raw) or raw <= 0:
+        if raw is None or not math.isfinite(raw) or raw < 0:
             return None
         return float(raw)
 
@@ -154,10 +154,21 @@ def median_interval(
 def log_median_se(
     values: Sequence[float], concurrency: int, *, n_boot: int, seed: int = 0
 ) -> float:
-    """The moving-block bootstrap's standard error of ``log(median)``."""
-    data = np.log(np.asarray(values, dtype=np.float64))
+    """The moving-block bootstrap's standard error of ``log(median)``: infinite when a
+    resample's median is not above zero (a level whose requests mostly came in one read has
+    TPOT 0: no ratio can be taken of it)."""
+    data = np.asarray(values, dtype=np.float64)
     reps = _replicates(data, block_length(len(data), concurrency), n_boot, seed)
-    return float(np.std(reps, ddof=1))
+    if len(reps) < 2 or float(reps.min()) <= 0:
+        return math.inf
+    return float(np.std(np.log(reps), ddof=1))
+
+
+def lower_median(values: Sequence[float]) -> float:
+    """The value of rank ``floor(0.5 * (n - 1))``: :func:`specload.results.model.median`."""
+    data = np.asarray(values, dtype=np.float64)
+    k = (len(data) - 1) // 2
+    return float(np.partition(data, k)[k])
 
 
 def _replicates(data: FloatArray, block: int, n_boot: int, seed: int) -> FloatArray:
@@ -298,9 +309,9 @@ class Boundary:
 class Look:
     requests: int
     t: float
-    ratio: float  # variant / baseline medians
-    low: float  # the repeated confidence interval of the ratio
-    high: float
+    ratio: float | None  # variant / baseline medians (None: a median of zero)
+    low: float | None  # the repeated confidence interval of the ratio (None: not taken)
+    high: float | None
     boundary: float
     verdict: str | None
 
@@ -350,13 +361,10 @@ class SequentialRule:
                 f"the baseline level has {len(self.baseline)} requests with a value, fewer "
                 f"than {max(self.min_requests, 2)}"
             )
-        est = float(
-            np.log(
-                np.partition(np.asarray(self.baseline), (len(self.baseline) - 1) // 2)[
-                    (len(self.baseline) - 1) // 2
-                ]
-            )
-        )
+        middle = lower_median(self.baseline)
+        if middle <= 0:
+            raise ValueError(f"the baseline level's median is {middle:g}: no ratio can be taken")
+        est = math.log(middle)
         se = log_median_se(self.baseline, self.concurrency, n_boot=BASELINE_SE_BOOT, seed=self.seed)
         self._baseline = (est, se)
         self._boundary = Boundary(self.alpha, seed=self.seed)
@@ -393,14 +401,19 @@ class SequentialRule:
         while self._next_t <= t:
             self._next_t += SEQUENTIAL_LOOK_STEP
         ordered = [v for _, v in sorted(self.values)]
-        data = np.asarray(ordered)
-        k = (n - 1) // 2
-        theta = float(np.log(np.partition(data, k)[k])) - self._baseline[0]
+        middle = lower_median(ordered)
         se_v = log_median_se(ordered, self.concurrency, n_boot=self.n_boot, seed=self.seed + n)
         se_b = self._baseline[1]
         se = math.sqrt(se_v**2 + se_b**2)
+        if middle <= 0 or not 0 < se < math.inf:
+            # no ratio (a zero median) or no spread to judge it by: no verdict at this look
+            self.looks.append(Look(n, t, None, None, None, math.inf, None))
+            if last:
+                self.verdict, self.verdict_requests = UNDECIDED, n
+            return self.verdict
+        theta = math.log(middle) - self._baseline[0]
         z = (
-            self._boundary.next(1.0 / se**2 if se > 0 else math.inf, 1.0 if last else t)
+            self._boundary.next(1.0 / se**2, 1.0 if last else t)
             if self.fixed_z is None
             else self.fixed_z
         )

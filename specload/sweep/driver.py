@@ -659,7 +659,11 @@ class SweepDriver:
             out["verdict"] = seq.verdict
             out["verdict_requests"] = seq.verdict_requests
             out["verdict_ratio"] = last.ratio if last is not None else None
-            out["verdict_interval"] = [last.low, last.high] if last is not None else None
+            out["verdict_interval"] = (
+                [last.low, last.high]
+                if last is not None and last.low is not None and last.high is not None
+                else None
+            )
             out["verdict_looks"] = len(seq.looks)
         return out
 

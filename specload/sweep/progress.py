@@ -54,7 +54,7 @@ def snapshot(driver: SweepDriver) -> dict[str, Any]:
         out["precision"] = state.precision.target
         out["half_width"] = state.precision.half_width
     seq = state.sequential
-    if seq is not None and seq.last is not None:
+    if seq is not None and seq.last is not None and seq.last.ratio is not None:
         last = seq.last
         out["against"] = {
             "ratio": last.ratio,

@@ -24,6 +24,7 @@ from specload.results.stopping import (
     Metric,
     PrecisionRule,
     SequentialRule,
+    lower_median,
     metric,
 )
 from specload.sweep.plan import Level, SweepPlan
@@ -125,6 +126,11 @@ def load_against(path: str, plan: SweepPlan, key: Metric, min_requests: int) -> 
             raise UsageError(
                 f"--against {path}: level {level.name} has {len(values)} requests with a "
                 f"{key.label}, fewer than --min-requests {min_requests}"
+            )
+        if lower_median(values) <= 0:
+            raise UsageError(
+                f"--against {path}: level {level.name}'s {key.label} is 0 (most of its "
+                "requests arrived in one read): no ratio can be taken of it"
             )
         samples[level.name] = values
     return Against(Path(path), run, samples)

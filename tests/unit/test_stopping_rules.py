@@ -101,6 +101,9 @@ def test_a_metric_takes_only_what_was_measured() -> None:
     assert tpot.value(RequestRecord(**base, end_s=1.0, ok=False, tpot_s=0.02)) is None
     assert tpot.value(RequestRecord(**base, end_s=1.0, ok=True, tpot_s=None)) is None
     assert tpot.value(RequestRecord(**base, end_s=1.0, ok=True, tpot_s=math.nan)) is None
+    # all its tokens in one read: TPOT 0, a value compare and summary.json count too
+    assert tpot.value(RequestRecord(**base, end_s=1.0, ok=True, tpot_s=0.0)) == 0.0
+    assert tpot.value(RequestRecord(**base, end_s=1.0, ok=True, tpot_s=-1.0)) is None
     with pytest.raises(ValueError, match="unknown metric 'x'"):
         metric("x")
 
@@ -204,3 +207,12 @@ def test_repeated_looks_with_a_plain_interval_err_more_than_the_rule() -> None:
             wrong[name] += rule.verdict in ("faster", "slower")
     assert wrong["naive"] > wrong["spending"]
     assert wrong["spending"] <= 8  # 5% of 60 is 3; binomial's 99.9% bound is 8
+
+
+def test_a_median_of_zero_gives_no_ratio_and_no_verdict() -> None:
+    with pytest.raises(ValueError, match="the baseline level's median is 0"):
+        SequentialRule([0.0] * 15 + [0.02] * 10, 0.05, budget=50)
+    rule = SequentialRule(_lognormal(100, 1), 0.05, budget=40)
+    _replay(rule, [0.0] * 30 + [0.02] * 10)  # the variant's median is 0
+    assert (rule.verdict, rule.verdict_requests) == ("undecided", 40)
+    assert all(look.ratio is None and look.verdict is None for look in rule.looks)
