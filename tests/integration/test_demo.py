@@ -25,6 +25,7 @@ import pytest
 
 from simulator.variants import PRESETS
 from specload.commands import demo as demo_mod
+from specload.commands.demo.constants import AGAINST_MARGIN, AGAINST_MIN_REQUESTS
 from specload.results import read_summary
 from specload.stack.procs import ProcessId, is_running
 from specload.stack.rules import DEMO, DEMO_TIME_SCALE, duration_s
@@ -162,7 +163,9 @@ def test_most_requests_reach_their_answer_and_coding_is_slowest(demo: Demo) -> N
         assert summary["options"]["max_tokens"] == 4096
         completed = sum(lv["completed"] for lv in summary["levels"])
         truncated = sum(lv["reasoning_truncated"] for lv in summary["levels"])
-        assert completed > 20 and truncated <= 0.1 * completed, (variant, truncated, completed)
+        # ngram's levels end once their verdict is known, never before AGAINST_MIN_REQUESTS
+        least = 20 if variant == "baseline" else len(LEVELS) * AGAINST_MIN_REQUESTS - 1
+        assert completed > least and truncated <= 0.1 * completed, (variant, truncated, completed)
         for level in summary["levels"]:
             assert "reasoning_truncated" not in level["flags"], level["name"]
             assert set(level["categories"]) <= set(demo_mod.REFERENCE_TYPES)
@@ -207,6 +210,82 @@ def test_the_fifth_prompt_ends_inside_reasoning_and_the_guard_says_so(demo: Demo
         assert "ended inside reasoning at max_tokens 4096 (long_reasoning)" in warning
         assert f"warning: {warning}" in demo.text  # printed by the sweep as it ran
     assert f"{fifth['reasoning_truncated']} of {fifth['completed']} spent all 4096" in demo.text
+
+
+def test_the_ngram_sweep_stops_each_level_on_its_verdict_against_the_baseline(
+    demo: Demo,
+) -> None:
+    """``specload run --against OUT/baseline``: each ngram level ends once its verdict is
+    known; the demo says per level the verdict, the requests it took against the baseline's
+    fixed level, and compare's verdict on the same pair — read here from the summaries."""
+    out, lines, facts = demo.out, demo.lines, demo.facts
+    baseline = {lv["concurrency"]: lv for lv in read_summary(out / "baseline")["levels"]}
+    summary = read_summary(out / "ngram")
+    stopping = summary["stopping"]
+    assert stopping["against"] == str(out / "baseline")
+    assert stopping["margin"] == float(AGAINST_MARGIN.rstrip("%")) / 100
+    assert stopping["min_requests"] == AGAINST_MIN_REQUESTS
+    facts_stop = facts["comparison"]["stopping"]
+    rows = {r["concurrency"]: r for r in facts_stop["levels"]}
+    assert sorted(rows) == list(LEVELS)
+    stage = lines[line_index(lines, r"^== 7\. ngram sweep") :]
+    assert "each level ending once its verdict against the baseline's is known" in stage[0]
+    compare = {  # compare's verdict per level, as its headline printed it
+        c: next(ln for ln in stage if f"ngram vs baseline at concurrency {c}:" in ln)
+        for c in LEVELS
+    }
+    for lv in summary["levels"]:
+        c, row = lv["concurrency"], rows[lv["concurrency"]]
+        # ngram is 15-70% slower: never faster nor equivalent; decided, or undecided at the
+        # budget (a level of ~10 requests at concurrency 1 under --quick)
+        assert lv["verdict"] in ("slower", "undecided"), lv
+        assert lv["stop_reason"] in ("decided", "budget"), lv
+        if lv["stop_reason"] == "decided":  # before the budget: a verdict, never too soon
+            assert lv["verdict"] == "slower" and lv["verdict_requests"] >= AGAINST_MIN_REQUESTS
+            assert row["window_s"] < row["planned_window_s"], row
+        assert (row["verdict"], row["verdict_requests"], row["stop_reason"]) == (
+            lv["verdict"],
+            lv["verdict_requests"],
+            lv["stop_reason"],
+        )
+        assert (row["requests"], row["baseline_requests"]) == (
+            lv["completed"],
+            baseline[c]["completed"],
+        )
+        # the same verdict as compare's on the same pair (its headline's last word)
+        assert compare[c].split(" — ")[1].startswith(row["compare_verdict"]), compare[c]
+        if lv["verdict"] == "slower":
+            assert row["compare_verdict"] == "slower" and row["agrees_with_compare"], row
+        said = next(ln for ln in stage if ln.startswith(f"   c{c}: {lv['verdict']}"))
+        assert f"{lv['completed']} requests against the baseline's {baseline[c]['completed']}" in (
+            said
+        ), said
+        assert said.endswith(f"; specload compare on the same pair: {row['compare_verdict']}")
+        if lv["stop_reason"] == "decided":
+            assert f"slower after {lv['verdict_requests']} requests" in said, said
+        else:
+            assert f"at the budget ({lv['verdict_requests']} requests in the window)" in said
+    used = sum(lv["completed"] for lv in summary["levels"])
+    fixed = sum(lv["completed"] for lv in baseline.values())
+    assert (facts_stop["requests"], facts_stop["baseline_requests"]) == (used, fixed)
+    assert any(
+        ln.startswith(f"   in all {used} ngram requests against the baseline's {fixed} ")
+        for ln in stage
+    )
+    decided = [r for r in rows.values() if r["verdict"] == "slower"]
+    early = [r for r in decided if r["stop_reason"] == "decided"]
+    assert (facts_stop["decided"], facts_stop["decided_early"]) == (len(decided), len(early))
+    assert facts_stop["agree_with_compare"] == (True if decided else None)
+    head = (
+        f"   {len(decided)} of {len(LEVELS)} levels got a verdict ({len(early)} before the budget)"
+    )
+    assert any(ln.startswith(head) for ln in stage), head
+    # the last screen says it too
+    assert (
+        "; the sweep against the baseline: "
+        + ", ".join(f"{rows[c]['verdict']} at {c}" for c in LEVELS)
+        + f", in {used} requests (the baseline's fixed windows: {fixed})"
+    ) in facts["verdicts"]["ngram"]
 
 
 def test_every_figure_has_its_reference_scale_reading(demo: Demo) -> None:

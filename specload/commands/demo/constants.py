@@ -30,6 +30,13 @@ FIFTH_CONCURRENCY = 4
 TPOT_ALERT = "SpecloadTPOTRegression"
 #: How long the steady load of stage 6 waits for the alert to reach the webhook.
 ALERT_TIMEOUT_S = 150.0
+#: Stage 7's ngram sweep runs ``--against`` the baseline: a level ends once ngram is known
+#: slower or faster by more than this margin, or equivalent within it.
+AGAINST_MARGIN = "5%"
+#: ... never before this many requests: compare's own minimum sample for an interval
+#: (``specload.compare.options.MIN_N_DEFAULT``; fewer and compare says "n too small"), so
+#: the comparison of the same pair can always judge what the sweep decided.
+AGAINST_MIN_REQUESTS = 10
 
 #: Option defaults: (normal, --quick).
 DEFAULTS: dict[str, tuple[str, str]] = {

@@ -41,6 +41,21 @@ class LevelFigures:
     #: The server's speculative-decoding counters over the level (None: absent).
     accepted_tokens: float | None
     draft_tokens: float | None
+    #: How the window ended (``specload run --against``; None where the summary does not
+    #: say): ``stop_reason`` (decided, budget…), the verdict, the requests it took, the
+    #: median ratio variant/baseline and its 95% repeated interval; the planned window.
+    stop_reason: str | None = None
+    verdict: str | None = None
+    verdict_requests: int | None = None
+    verdict_ratio: float | None = None
+    verdict_interval: tuple[float, float] | None = None
+    planned_duration_s: float | None = None
+
+    @property
+    def window_s(self) -> float | None:
+        """The measured window's length in seconds (None: an end is missing)."""
+        start, end = self.window
+        return None if start is None or end is None else end - start
 
 
 @dataclass(frozen=True)
@@ -100,6 +115,12 @@ def _level(level: Level) -> LevelFigures:
         categories={n: _category(s) for n, s in level.categories.items()},
         accepted_tokens=None if server is None else server.spec_decode_num_accepted_tokens,
         draft_tokens=None if server is None else server.spec_decode_num_draft_tokens,
+        stop_reason=level.stop_reason,
+        verdict=level.verdict,
+        verdict_requests=level.verdict_requests,
+        verdict_ratio=level.verdict_ratio,
+        verdict_interval=level.verdict_interval,
+        planned_duration_s=level.planned_duration_s,
     )
 
 

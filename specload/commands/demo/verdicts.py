@@ -16,6 +16,18 @@ def _pct(rel: Any) -> str:
     return "-" if v is None else f"{abs(v):.0%} {'slower' if v > 0 else 'faster'}"
 
 
+def _decided(stopping: Any) -> str:
+    """``; against the baseline: slower at 1, slower at 4, in 25 requests (its fixed windows:
+    52)``, or nothing when the sweep ran no ``--against``."""
+    if not isinstance(stopping, dict) or not stopping.get("levels"):
+        return ""
+    said = ", ".join(f"{r.get('verdict')} at {r.get('concurrency')}" for r in stopping["levels"])
+    return (
+        f"; the sweep against the baseline: {said}, in {stopping.get('requests')} requests "
+        f"(the baseline's fixed windows: {stopping.get('baseline_requests')})"
+    )
+
+
 def verdicts(ctx: DemoContext) -> None:
     """One short verdict per variant, where the report is."""
     ctx.say("== verdict")
@@ -52,6 +64,7 @@ def verdicts(ctx: DemoContext) -> None:
         lines["ngram"] = (
             f"ngram (k={pred.get('num_speculative_tokens', '?')}): {measured}"
             + (" (95% intervals above zero)" if slower else "")
+            + _decided(comp.get("stopping"))
             + predicted
             + ("; the TPOT alert fired and reached the webhook" if alert.get("received_at") else "")
             + (": not worth a 30-minute reload" if slower else "")
