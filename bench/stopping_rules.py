@@ -19,10 +19,11 @@ times, and counts what it says:
   variant matches the sequential rule's is the fixed-size design of equal power, and the
   sequential rule's mean requests are set against it.
 
-A trial's series are moving-block resamples of a recorded level (blocks of
-:func:`specload.results.bootstrap.block_length`, at least the concurrency): consecutive
-requests stay together, so the correlation of requests that ran together is kept, and a
-few hundred recorded requests give thousands of distinct trials. The baseline and the variant
+A trial's series are block resamples of a recorded level, blocks of ``concurrency``
+consecutive requests: requests that ran together stay together (at c4 the simulator gives
+the requests of one batch the same TPOT), so that correlation is kept, and a few hundred
+recorded requests give thousands of distinct trials. Longer-range drift *within* a run is
+not replayed by the resamples; drift *between* runs is what "equal, across runs" measures.
 have the same number of requests (``compare``'s checks hold a variant to the baseline's
 ``--requests``): ``--budget``, else the smallest that gives the sequential rule at least 90%
 power on the 10%-slower variant (:func:`design_budget`).
@@ -53,7 +54,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specload.results.bootstrap import block_length  # noqa: E402 - run from the repo root
 from specload.results.stopping import (  # noqa: E402
     MIN_REQUESTS_DEFAULT,
     PrecisionRule,
@@ -64,6 +64,7 @@ SIM_DIR = ROOT / "tests" / "data" / "sim" / "stopping"
 VLLM_DIR = ROOT / "tests" / "data" / "vllm-0.32.0" / "runs"
 KEEP = ("step", "start_s", "end_s", "ok", "tpot_s", "ttft_s", "category", "tokens_output")
 MARGIN = 0.05
+PRECISION_BUDGET = 2000  # a precision replay's budget (--requests)
 
 
 # -- pools ---------------------------------------------------------------------------------------
@@ -107,9 +108,10 @@ def pools() -> dict[str, dict[str, list[Pool]]]:
 
 
 def resample(pool: Pool, n: int, rng: np.random.Generator) -> np.ndarray:
-    """``n`` values in time order: moving blocks of the recorded level, end to end."""
+    """``n`` values in time order: blocks of ``concurrency`` consecutive recorded requests
+    (the requests that ran together), end to end."""
     data = pool.values
-    block = block_length(len(data), pool.concurrency)
+    block = max(1, pool.concurrency)
     starts = rng.integers(0, len(data) - block + 1, size=-(-n // block))
     idx = (starts[:, None] + np.arange(block)).reshape(-1)[:n]
     out: np.ndarray = data[idx]
@@ -282,7 +284,7 @@ def precision_report(
     widths = []
     used = []
     for k in range(runs):
-        series = resample(pool, len(pool.values), rng)
+        series = resample(pool, PRECISION_BUDGET, rng)
         rule = PrecisionRule(target, pool.concurrency, seed=k)
         reason = "budget"
         for i, value in enumerate(series):
