@@ -62,6 +62,7 @@ LOOK_SHARE = 0.04
 # The sequential rule looks at most this often, in shares of its budget (the spending's t).
 SEQUENTIAL_LOOK_STEP = 0.05
 PRECISION_BOOT = 400  # resamples per precision look
+SMOOTH = True  # the smoothed bootstrap (False: the bare one, for comparison)
 CONFIRM_BOOT = 2000  # fresh resamples that confirm a precise look
 SE_BOOT = 400  # resamples for a standard error (the variant's, per look)
 BASELINE_SE_BOOT = 1000  # the baseline's, once (its Monte Carlo error: about 2% of it)
@@ -140,16 +141,24 @@ def median_interval(
     values: Sequence[float], concurrency: int, *, n_boot: int, seed: int = 0
 ) -> tuple[float, float, float]:
     """``(median, low, high)``: the lower median and its 95% moving-block percentile interval
-    (``values`` in start order; blocks of at least ``concurrency`` requests), each side
-    widened by Student's t on the blocks (:func:`blocks_df`)."""
+    (``values`` in start order; blocks of at least ``concurrency`` requests): the 2.5% and
+    97.5% replicates' distances from the replicates' median, set about the sample's median
+    and widened by Student's t on the blocks (:func:`blocks_df`)."""
     data = np.asarray(values, dtype=np.float64)
     n = len(data)
     k = (n - 1) // 2
     est = float(np.partition(data, k)[k])
     reps = _replicates(data, block_length(n, concurrency), n_boot, seed)
-    low, high = (float(x) for x in np.quantile(reps, [ALPHA / 2, 1 - ALPHA / 2]))
+    low, center, high = (float(x) for x in np.quantile(reps, [ALPHA / 2, 0.5, 1 - ALPHA / 2]))
+    # The sides are measured from the replicates' own centre (smoothing moves a skewed
+    # sample's median, by about h^2 f' / 2f) and set about both centres: the gap between the
+    # sample's median and the smoothed ones is uncertainty too, not a place to stand.
     widen = t_from_z(Z_975, blocks_df(n, concurrency)) / Z_975
-    return est, est - widen * max(est - low, 0.0), est + widen * max(high - est, 0.0)
+    return (
+        est,
+        min(est, center) - widen * (center - low),
+        max(est, center) + widen * (high - center),
+    )
 
 
 def log_median_se(
@@ -178,7 +187,7 @@ def _replicates(data: FloatArray, block: int, n_boot: int, seed: int) -> FloatAr
     rests on the few order statistics beside it, so its width jumps from look to look,
     and a rule that stops on a narrow one stops on luck)."""
     rng = np.random.default_rng(seed)
-    h = bandwidth(data)
+    h = bandwidth(data) if SMOOTH else 0.0
     out = np.empty(n_boot, dtype=np.float64)
     for lo, hi, idx in block_index_chunks(len(data), block, n_boot, rng):
         sample = data[idx]

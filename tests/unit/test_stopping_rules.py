@@ -150,10 +150,13 @@ def test_the_interval_is_wider_than_the_bare_bootstrap_on_few_requests() -> None
     data = np.sort(values)
     assert est == data[11]  # the lower median
     # 24 requests in blocks of 4: 5 degrees of freedom, t = 2.571 against 1.96 (x1.31)
+    # around the replicates' centre c, from both centres: [min(est, c) - w (c - q2.5),
+    # max(est, c) + w (q97.5 - c)]
     reps = _replicates(np.asarray(values), 4, 400, 0)
-    bare_low, bare_high = np.quantile(reps, [0.025, 0.975])
-    assert (est - low) == pytest.approx((est - bare_low) * 2.5706 / 1.96, rel=0.01)
-    assert (high - est) == pytest.approx((bare_high - est) * 2.5706 / 1.96, rel=0.01)
+    q_low, center, q_high = np.quantile(reps, [0.025, 0.5, 0.975])
+    w = 2.5706 / 1.96
+    assert low == pytest.approx(min(est, center) - w * (center - q_low), rel=1e-3)
+    assert high == pytest.approx(max(est, center) + w * (q_high - center), rel=1e-3)
 
 
 def test_the_smoothed_bootstrap_moves_each_value_by_silvermans_bandwidth() -> None:
