@@ -80,7 +80,7 @@ class Metric:
 
     def value(self, record: RequestRecord) -> float | None:
         """The request's value (seconds), or None: failed, or no value to take."""
-        if not record.ok:
+        if not record.ok or not self.attr:
             return None
         raw = getattr(record, self.attr)
         if raw is None or not math.isfinite(raw) or raw < 0:
@@ -96,6 +96,8 @@ class Metric:
 METRICS: dict[str, Metric] = {
     "tpot": Metric("tpot", "median TPOT", "tpot_s"),
     "ttft": Metric("ttft", "median TTFT", "ttft_s"),
+    # the level's, not a request's: ThroughputPrecision (--precision only)
+    "output_tps": Metric("output_tps", "output throughput", "", lower_is_better=False),
 }
 
 
@@ -239,8 +241,9 @@ class PrecisionRule:
         n = len(self.values)
         return n >= self.min_requests and n - self.looked_at >= max(1, math.ceil(LOOK_SHARE * n))
 
-    def look(self) -> bool:
-        """Compute the interval now; True when it is precise enough."""
+    def look(self, now_s: float | None = None) -> bool:
+        """Compute the interval now (``now_s``: unused, as :class:`ThroughputPrecision`'s);
+        True when it is precise enough."""
         n = len(self.values)
         self.looked_at = n
         if n < max(self.min_requests, 2):
@@ -266,6 +269,85 @@ class PrecisionRule:
         self.estimate, self.interval, self.half_width = est, (low, high), width
         if width <= self.target and predicted <= self.target:
             self.reached_at = n
+            return True
+        return False
+
+
+#: ``--precision-metric output_tps``: the level's output throughput, not a per-request figure.
+THROUGHPUT = "output_tps"
+THROUGHPUT_BIN_S = 0.25  # tokens are counted in bins this long from the window's start
+MAX_BATCHES = 40  # ... and judged in at most this many batches of bins
+
+
+@dataclass
+class ThroughputPrecision:
+    """Ends a level once its output throughput (tokens that *arrived* in the window over its
+    length, ``summary.json``'s ``output_throughput``) is known to ±``target``.
+
+    Tokens go into :data:`THROUGHPUT_BIN_S` bins by arrival (every request's, whatever its
+    step, as the window's throughput counts them). A look judges the bins up to ``now``
+    less the longest request seen so far (later bins still wait for tokens of requests in
+    flight), grouped into at most :data:`MAX_BATCHES` equal batches: the estimate is their
+    mean rate, the interval the method of batch means, ``t(b - 1) * sd / sqrt(b)`` — the
+    interval ``compare`` draws by bootstrapping the mean of time bins, in closed form.
+    """
+
+    target: float
+    min_requests: int = MIN_REQUESTS_DEFAULT
+    start_s: float | None = None  # the window's start (wall clock)
+    end_s: float | None = None  # its end, once it ended: no bin after it is judged
+    bins: list[float] = field(default_factory=list)
+    longest_s: float = 0.0
+    requests: int = 0  # the level's requests seen (the minimum and the look schedule)
+    half_width: float | None = None
+    estimate: float | None = None
+    interval: tuple[float, float] | None = None
+    looked_at: int = 0
+    reached_at: int | None = None
+
+    def add_record(self, record: RequestRecord, mine: bool) -> None:
+        """A record whose tokens may fall in the window (``mine``: of this level's step)."""
+        if self.start_s is None:
+            return
+        self.requests += mine
+        last = max(record.end_s, record.start_s + (record.e2e_s or 0.0))
+        if last <= self.start_s or record.tokens_output <= 0:
+            return
+        self.longest_s = max(self.longest_s, last - record.start_s)
+        first = max(0, int((record.start_s - self.start_s) / THROUGHPUT_BIN_S))
+        end = int((last - self.start_s) / THROUGHPUT_BIN_S)
+        if end >= len(self.bins):
+            self.bins.extend([0.0] * (end + 1 - len(self.bins)))
+        for k in range(first, end + 1):
+            lo = self.start_s + k * THROUGHPUT_BIN_S
+            self.bins[k] += record.tokens_between(lo, lo + THROUGHPUT_BIN_S)
+
+    def due(self) -> bool:
+        n = self.requests
+        return n >= self.min_requests and n - self.looked_at >= max(1, math.ceil(LOOK_SHARE * n))
+
+    def look(self, now_s: float | None = None) -> bool:
+        """Judge the bins that are complete by ``now_s`` (wall clock); True when precise."""
+        self.looked_at = self.requests
+        if self.start_s is None or now_s is None:
+            return False
+        usable = int((now_s - self.longest_s - self.start_s) / THROUGHPUT_BIN_S)
+        usable = min(usable, len(self.bins))
+        if self.end_s is not None:
+            usable = min(usable, int((self.end_s - self.start_s) / THROUGHPUT_BIN_S))
+        batches = min(MAX_BATCHES, usable // 2)
+        if batches < 4:
+            return False
+        size = usable // batches
+        rates = np.asarray(self.bins[: batches * size]).reshape(batches, size).sum(axis=1) / (
+            size * THROUGHPUT_BIN_S
+        )
+        mean = float(rates.mean())
+        half = t_from_z(Z_975, batches - 1) * float(rates.std(ddof=1)) / math.sqrt(batches)
+        self.estimate, self.interval = mean, (mean - half, mean + half)
+        self.half_width = half / mean if mean > 0 else math.inf
+        if self.half_width <= self.target and self.requests >= self.min_requests:
+            self.reached_at = self.requests
             return True
         return False
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 
 from specload.records.request import RequestRecord
 from specload.results.aggregate import LevelAggregate, assess_level
-from specload.results.stopping import PrecisionRule, SequentialRule
+from specload.results.stopping import PrecisionRule, SequentialRule, ThroughputPrecision
 from specload.sweep.plan import Level, SweepPlan
 from specload.sweep.reconcile import Reconciler, reconcile_flags, reconcile_warnings
 from specload.sweep.reconcile import verdicts as reconcile_verdicts
@@ -109,7 +109,8 @@ class LevelState:
     cut_short: str | None = None  # --search: why the window ended before its plan
     reconciler: Reconciler | None = None
     cache_reset: CacheReset | None = None
-    precision: PrecisionRule | None = None  # --precision: watches the window's metric
+    # --precision: watches the window's metric
+    precision: PrecisionRule | ThroughputPrecision | None = None
     sequential: SequentialRule | None = None  # --against: the verdict against the baseline
     stop_reason: str | None = None  # precise, decided, budget, interrupted (None: running)
 
@@ -212,6 +213,8 @@ class SweepDriver:
             lo, hi = s.window_start_wall, s.window_end_wall
             if lo is not None and record.end_s >= lo and (hi is None or record.start_s <= hi):
                 s.aggregate.add_window_tokens(record, lo, hi if hi is not None else math.inf)
+                if isinstance(s.precision, ThroughputPrecision):
+                    s.precision.add_record(record, record.step == s.level.name)
         state = self._by_step.get(record.step)
         if state is None:
             return
@@ -221,9 +224,10 @@ class SweepDriver:
             state.window.completed += 1
             if state.early is not None:
                 state.early.add(record)
-            if self.stopping is not None and (value := self.stopping.metric.value(record)):
+            value = self.stopping.metric.value(record) if self.stopping is not None else None
+            if value is not None:  # TPOT 0 too (its tokens came in one read)
                 for rule in (state.precision, state.sequential):
-                    if rule is not None:
+                    if isinstance(rule, PrecisionRule | SequentialRule):
                         rule.add(record.start_s, value)
 
     def request_stop(self, reason: str) -> None:
@@ -311,9 +315,11 @@ class SweepDriver:
         state.window = Window(self.clock(), level.duration_s, level.requests)
         if self.search is not None:
             state.early = EarlyVerdict(self.search.attainment, level.requests)
+        state.window_start_wall = self.wall()
         if self.stopping is not None:
             state.precision, state.sequential = self.stopping.rules(level)
-        state.window_start_wall = self.wall()
+            if isinstance(state.precision, ThroughputPrecision):
+                state.precision.start_s = state.window_start_wall
         state.window_started_at = iso(state.window_start_wall)
 
     def _run_level(self, state: LevelState, following: LevelState | None) -> None:
@@ -340,6 +346,8 @@ class SweepDriver:
         if state.sequential is not None and not state.sequential.decided:
             state.sequential.look(last=True)  # the budget is spent: what is left of alpha
         state.window_end_wall = self.wall()
+        if isinstance(state.precision, ThroughputPrecision):
+            state.precision.end_s = state.window_end_wall
         state.window_ended_at = iso(state.window_end_wall)
         state.lost = self.backend.lost() - state.lost_at_start
         log.info("level %s window ends after %.3fs", level.name, state.window.active_s(0))
@@ -446,7 +454,7 @@ class SweepDriver:
             return True
         if precision is None or not precision.due():
             return False
-        precise = precision.look()
+        precise = precision.look(self.wall())
         if self.on_precision is not None and precision.half_width is not None:
             self.on_precision(state.level.name, precision.half_width)
         if precise:
@@ -649,8 +657,14 @@ class SweepDriver:
         out: dict[str, Any] = {"stop_reason": state.stop_reason}
         precision = state.precision
         if precision is not None:
-            if precision.looked_at < len(precision.values) and state.phase in ("done", "partial"):
-                precision.look()  # the level's last word on its precision
+            seen = (
+                precision.requests
+                if isinstance(precision, ThroughputPrecision)
+                else len(precision.values)
+            )
+            ended = state.phase in ("done", "partial") and state.stop_reason != "precise"
+            if precision.looked_at < seen and ended:
+                precision.look(self.wall())  # the level's last word on its precision
             out["precision_half_width"] = precision.half_width
             out["precision_requests"] = precision.looked_at or None
         seq = state.sequential

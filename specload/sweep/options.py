@@ -226,9 +226,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     stop.add_argument(
         "--precision-metric",
-        choices=("tpot", "ttft"),
+        choices=("tpot", "ttft", "output_tps"),
         default="tpot",
-        help="the median --precision and --against judge (default: %(default)s)",
+        help="what --precision judges: the median TPOT or TTFT, or the level's output "
+        "throughput (tokens arrived over the window); --against judges tpot or ttft "
+        "(default: %(default)s)",
     )
     stop.add_argument(
         "--min-requests",

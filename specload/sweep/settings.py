@@ -26,7 +26,7 @@ from specload.load.metrics import parse_address
 from specload.load.options import cache_bust_nonce
 from specload.load.options import validate as validate_load_options
 from specload.prompts.trace import load_trace
-from specload.results.stopping import MIN_REQUESTS_DEFAULT, metric
+from specload.results.stopping import MIN_REQUESTS_DEFAULT, THROUGHPUT, metric
 from specload.results.writer import prepare_out_dir
 from specload.slo import parse_slo
 from specload.sweep.options import (
@@ -320,6 +320,11 @@ def stop_plan_of(args: argparse.Namespace, plan: SweepPlan) -> StopPlan | None:
     margin = None
     against = None
     if against_dir is not None:
+        if key.key == THROUGHPUT:
+            raise UsageError(
+                "--against: judges a request's figure (--precision-metric tpot or ttft), "
+                "not output_tps"
+            )
         margin = parse_share(getattr(args, "margin", None) or "5%", name="--margin")
         against = load_against(against_dir, plan, key, min_requests)
     return StopPlan(key, precision, min_requests, margin, against)

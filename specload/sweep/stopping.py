@@ -21,9 +21,11 @@ from specload.records.request import RequestRecord
 from specload.results.model import from_dict
 from specload.results.stopping import (
     MIN_REQUESTS_DEFAULT,
+    THROUGHPUT,
     Metric,
     PrecisionRule,
     SequentialRule,
+    ThroughputPrecision,
     lower_median,
     metric,
 )
@@ -71,11 +73,15 @@ class StopPlan:
     def active(self) -> bool:
         return self.precision is not None or self.against is not None
 
-    def rules(self, level: Level) -> tuple[PrecisionRule | None, SequentialRule | None]:
+    def rules(
+        self, level: Level
+    ) -> tuple[PrecisionRule | ThroughputPrecision | None, SequentialRule | None]:
         """A level's fresh rules (its concurrency sets the bootstrap's blocks)."""
         users = max(1, level.users)
-        precision = None
-        if self.precision is not None:
+        precision: PrecisionRule | ThroughputPrecision | None = None
+        if self.precision is not None and self.metric.key == THROUGHPUT:
+            precision = ThroughputPrecision(self.precision, self.min_requests)
+        elif self.precision is not None:
             precision = PrecisionRule(self.precision, users, self.min_requests)
         sequential = None
         if self.against is not None and self.margin is not None:

@@ -14,6 +14,7 @@ from specload.results.stopping import (
     Boundary,
     PrecisionRule,
     SequentialRule,
+    ThroughputPrecision,
     _replicates,
     bandwidth,
     judge,
@@ -219,3 +220,39 @@ def test_a_median_of_zero_gives_no_ratio_and_no_verdict() -> None:
     _replay(rule, [0.0] * 30 + [0.02] * 10)  # the variant's median is 0
     assert (rule.verdict, rule.verdict_requests) == ("undecided", 40)
     assert all(look.ratio is None and look.verdict is None for look in rule.looks)
+
+
+def _stream(start: float, tokens: int = 50, e2e: float = 1.0, step: str = "c4") -> RequestRecord:
+    return RequestRecord(
+        category="c", step=step, variant="v", model="m", start_s=start, end_s=start + e2e,
+        ok=True, ttft_s=0.1, e2e_s=e2e, tokens_output=tokens,
+    )  # fmt: skip
+
+
+def test_throughput_precision_judges_the_tokens_that_arrived() -> None:
+    # 4 streams of 50 tokens a second each, back to back: 200 tok/s
+    rule = ThroughputPrecision(0.02, min_requests=8, start_s=100.0)
+    for k in range(40):
+        for _user in range(4):
+            rule.add_record(_stream(100.0 + k), mine=True)
+    assert rule.due()
+    assert rule.look(now_s=140.0)
+    assert rule.estimate == pytest.approx(200.0, rel=1e-6)
+    # batches of 0.75 s against a 1 s pattern (no token in a request's first 0.1 s)
+    assert rule.half_width is not None and 0 < rule.half_width <= 0.02
+    # bins newer than now - the longest request (1 s) wait for requests in flight
+    late = ThroughputPrecision(0.02, min_requests=1, start_s=100.0)
+    late.add_record(_stream(100.0), mine=True)
+    assert not late.look(now_s=101.5)  # 0.5 s judged: fewer than 4 batches
+    assert late.estimate is None
+
+
+def test_throughput_precision_counts_a_noisy_rate_with_batch_means() -> None:
+    # 2 streams whose tokens alternate 40 and 60 a second: mean 100 tok/s
+    rule = ThroughputPrecision(0.5, min_requests=1, start_s=0.0)
+    for k in range(80):
+        rule.add_record(_stream(float(k), tokens=40 if k % 2 else 60), mine=True)
+        rule.add_record(_stream(float(k), tokens=60 if k % 2 else 40), mine=True)
+    rule.look(now_s=80.0)
+    assert rule.estimate == pytest.approx(100.0, rel=0.01)
+    assert rule.interval is not None and rule.interval[0] <= 100.0 <= rule.interval[1]

@@ -9,7 +9,10 @@ from typing import Any
 
 import pytest
 
+from specload.cli import build_parser
+from specload.errors import UsageError
 from specload.results.stopping import metric
+from specload.sweep.settings import settings_from_args
 from specload.sweep.stopping import Against, StopPlan
 from tests.unit.test_sweep_driver import closed_plan, make_driver
 from tests.unit.test_sweep_stopping_summary import JitterLoad
@@ -59,3 +62,24 @@ def test_an_equal_variant_is_never_called_faster_or_slower() -> None:
         assert level["verdict_requests"] <= 300
     assert set(verdicts) <= {"equivalent", "undecided"}
     assert "equivalent" in verdicts
+
+
+def test_output_throughput_precision_ends_a_level_at_its_rate() -> None:
+    # 2 users, 50 tokens in 0.5 s each (first at 0.05 s): 200 tok/s
+    plan = StopPlan(metric("output_tps"), precision=0.02)
+    load = JitterLoad(1.0, 3)
+    summary = run(load, 2000, plan)
+    level = summary["levels"][0]
+    assert level["stop_reason"] == "precise"
+    assert 0 < level["precision_half_width"] <= 0.02
+    assert level["completed"] < 2000
+    assert level["output_throughput"] == pytest.approx(200.0, rel=0.05)
+
+
+def test_against_is_refused_for_output_throughput(tmp_path: Path) -> None:
+    args = build_parser().parse_args(
+        ["run", "--out", str(tmp_path / "o"), "--against", str(tmp_path), "--requests", "50",
+         "--precision-metric", "output_tps"]
+    )  # fmt: skip
+    with pytest.raises(UsageError, match="--against: judges a request's figure"):
+        settings_from_args(args)
