@@ -365,13 +365,73 @@ def record_sim(args: argparse.Namespace) -> None:
                 sim.stop()
 
 
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x * 100:.1f}%"
+
+
+def render(report: dict[str, Any]) -> str:
+    """The tables of ``bench/results/stopping_rules.md`` from the harness's JSON."""
+    out = [
+        "### Precision (`--precision 2%`, 40 replays per level, budget "
+        f"{PRECISION_BUDGET} requests)",
+        "",
+        "| pool | level | ended | largest half-width | truth inside (pool median) "
+        "| truth inside (known ITL) | mean requests |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in report.get("precision", []):
+        ended = ", ".join(f"{k} {v}" for k, v in sorted(p["ended"].items()))
+        out.append(
+            f"| {p['pool']} | {p['level']} | {ended} | {_pct(p['max_half_width'])} | "
+            f"{_pct(p['truth_inside'])} | {_pct(p['physical_truth_inside'])} | "
+            f"{p['mean_requests']:.0f} |"
+        )
+    out += [
+        "",
+        f"### Verdicts (`--against`, margin {report['margin'] * 100:g}%)",
+        "",
+        "| data | level | budget | scenario | trials | faster | slower | equivalent "
+        "| undecided | mean requests |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for lv in report["levels"]:
+        for sc in lv["scenarios"]:
+            sh = sc["shares"]
+            out.append(
+                f"| {lv['kind']} | {lv['level']} | {lv['budget']} | {sc['scenario']} | "
+                f"{sc['trials']} | {_pct(sh['faster'])} | {_pct(sh['slower'])} | "
+                f"{_pct(sh['equivalent'])} | {_pct(sh['undecided'])} | "
+                f"{sc['mean_requests']:.1f} |"
+            )
+    out += [
+        "",
+        "### Requests against a fixed-size design (10%-slower variant)",
+        "",
+        "| data | level | sequential: power, mean requests | fixed n of equal power "
+        "| share | fixed n for 90% power | share |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for lv in report["levels"]:
+        slower = lv["scenarios"][2]
+        n90 = next((g["n"] for g in lv["fixed_power"] if g["power"] >= 0.9), None)
+        share90 = slower["mean_requests"] / n90 if n90 else None
+        out.append(
+            f"| {lv['kind']} | {lv['level']} | {_pct(slower['shares']['slower'])}, "
+            f"{slower['mean_requests']:.1f} | {lv['fixed_n_equal_power'] or '-'} | "
+            f"{_pct(lv['mean_requests_share_of_fixed'])} | {n90 or '-'} | {_pct(share90)} |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def _level_report(job: tuple[str, str, list[Pool], int, int | None]) -> dict[str, Any]:
     return level_report(*job)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("command", nargs="?", default="harness", choices=("harness", "record-sim"))
+    parser.add_argument(
+        "command", nargs="?", default="harness", choices=("harness", "record-sim", "render")
+    )
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--budget", type=int, default=None)
     parser.add_argument("--precision-runs", type=int, default=40)
@@ -388,6 +448,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "record-sim":
         record_sim(args)
+        return
+    if args.command == "render":  # the tables of --out's JSON, as Markdown
+        print(render(json.loads(Path(args.out).read_text())), end="")
         return
     report: dict[str, Any] = {"trials": args.trials, "margin": MARGIN, "levels": []}
     found = pools()
