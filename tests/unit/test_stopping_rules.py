@@ -16,7 +16,6 @@ from specload.results.stopping import (
     SequentialRule,
     ThroughputPrecision,
     _replicates,
-    bandwidth,
     judge,
     median_interval,
     metric,
@@ -158,13 +157,6 @@ def test_the_interval_is_wider_than_the_bare_bootstrap_on_few_requests() -> None
     w = 2.5706 / 1.96
     assert low == pytest.approx(min(est, center) - w * (center - q_low), rel=1e-3)
     assert high == pytest.approx(max(est, center) + w * (q_high - center), rel=1e-3)
-
-
-def test_the_smoothed_bootstrap_moves_each_value_by_silvermans_bandwidth() -> None:
-    data = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0])
-    # sd 2.449, IQR 3.5 / 1.34 = 2.612: 0.9 * 2.449 * 8^(-1/5) = 2.2045 * 0.6598 = 1.4545
-    assert bandwidth(data) == pytest.approx(1.4545, abs=1e-3)
-    assert bandwidth(np.array([3.0])) == 0.0
 
 
 def _replay(rule: SequentialRule, values: list[float]) -> None:
