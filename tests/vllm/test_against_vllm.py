@@ -8,9 +8,8 @@ with the same settings and ``--margin 5%``: each must end ``equivalent`` or ``un
 
 Why one level (c1), 128 tokens, and why a baseline may be taken again: what was measured
 on the 2-core test machine (2026-12-04, plain server warmed with 12 requests of 200
-tokens, 40, 32 or 24 requests per level; 42 runs in 5 server sessions and 9 of this test, other
-sessions' work
-using 0.3-1 of the 2 cores throughout):
+tokens, 40, 32 or 24 requests per level; 42 runs in 5 server sessions and 12 of this
+test, other sessions' work using 0.3-1 of the 2 cores throughout):
 
 - The server alone keeps ~1.5 cores busy; when its API process gets no core, a request's
   chunks reach the client in one read (TPOT 0). At 64 tokens 0-39 of 40 requests per run
