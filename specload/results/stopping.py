@@ -165,14 +165,16 @@ def median_interval(
 def log_median_se(
     values: Sequence[float], concurrency: int, *, n_boot: int, seed: int = 0
 ) -> float:
-    """The moving-block bootstrap's standard error of ``log(median)``: infinite when a
-    resample's median is not above zero (a level whose requests mostly came in one read has
-    TPOT 0: no ratio can be taken of it)."""
+    """The moving-block bootstrap's standard error of ``log(median)``: the replicates'
+    standard deviation over the median (the delta method), so a few resamples whose median
+    is a TPOT of 0 (requests whose tokens came in one read) widen it rather than void it;
+    infinite when the median itself is not above zero."""
     data = np.asarray(values, dtype=np.float64)
+    middle = lower_median(values)
     reps = _replicates(data, block_length(len(data), concurrency), n_boot, seed)
-    if len(reps) < 2 or float(reps.min()) <= 0:
+    if len(reps) < 2 or middle <= 0:
         return math.inf
-    return float(np.std(np.log(reps), ddof=1))
+    return float(np.std(reps, ddof=1)) / middle
 
 
 def lower_median(values: Sequence[float]) -> float:
@@ -487,6 +489,12 @@ class SequentialRule:
             return self.verdict
         t = 1.0 if last else min(self.share() if t is None else t, 1.0)
         n = len(self.values)
+        spent_all = self.looks and self.looks[-1].t >= 1.0
+        if last and spent_all and self.looks[-1].requests == n:
+            # the look at the budget's end came already and spent all of alpha: its
+            # interval is the level's last word, not a new one with nothing left to spend
+            self.verdict, self.verdict_requests = UNDECIDED, n
+            return self.verdict
         if n < max(self.min_requests, 2):
             if last:
                 self.verdict, self.verdict_requests = UNDECIDED, n

@@ -675,7 +675,11 @@ class SweepDriver:
             out["verdict_ratio"] = last.ratio if last is not None else None
             out["verdict_interval"] = (
                 [last.low, last.high]
-                if last is not None and last.low is not None and last.high is not None
+                if last is not None
+                and last.low is not None
+                and last.high is not None
+                and math.isfinite(last.low)
+                and math.isfinite(last.high)
                 else None
             )
             out["verdict_looks"] = len(seq.looks)

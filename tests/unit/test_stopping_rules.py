@@ -248,3 +248,29 @@ def test_throughput_precision_counts_a_noisy_rate_with_batch_means() -> None:
     rule.look(now_s=80.0)
     assert rule.estimate == pytest.approx(100.0, rel=0.01)
     assert rule.interval is not None and rule.interval[0] <= 100.0 <= rule.interval[1]
+
+
+def test_a_quarter_of_zero_tpots_widens_the_interval_and_still_decides() -> None:
+    # a loaded client reads some streams whole: TPOT 0 on a quarter of the requests
+    rng = np.random.default_rng(4)
+    base = [0.0 if rng.random() < 0.25 else v for v in _lognormal(300, 1)]
+    var = [0.0 if rng.random() < 0.25 else v * 1.5 for v in _lognormal(300, 2)]
+    rule = SequentialRule(base, 0.05, budget=300)
+    _replay(rule, var)
+    assert rule.verdict == "slower"
+    assert rule.last is not None and rule.last.ratio is not None
+
+
+def test_the_budgets_last_look_is_the_levels_last_word() -> None:
+    # the driver looks at t = 1 (the budget's end), then closes the level: no second look
+    # with nothing left to spend (an interval of 0..inf)
+    rule = SequentialRule(_lognormal(100, 1), 0.05, budget=40)
+    for i, value in enumerate(_lognormal(40, 2)):
+        rule.add(float(i), value)
+    assert rule.look(1.0) is None
+    looks = len(rule.looks)
+    assert rule.look(last=True) == "undecided"
+    assert len(rule.looks) == looks and rule.verdict_requests == 40
+    last = rule.last
+    assert last is not None and last.low is not None and last.high is not None
+    assert math.isfinite(last.low) and math.isfinite(last.high)
