@@ -274,3 +274,23 @@ def test_the_budgets_last_look_is_the_levels_last_word() -> None:
     last = rule.last
     assert last is not None and last.low is not None and last.high is not None
     assert math.isfinite(last.low) and math.isfinite(last.high)
+
+
+def test_no_interval_before_five_blocks_of_the_concurrency() -> None:
+    # at c64 a block is 64 requests: with 20 of them every resample was the sample itself
+    # and the width a false zero ("precise" after 20 requests, whatever the data)
+    spread = list(0.02 * (1 + 0.6 * np.random.default_rng(8).uniform(-1, 1, 400)))
+    rule = PrecisionRule(0.02, concurrency=64, min_requests=20)
+    stopped_at = None
+    for i, value in enumerate(spread):
+        rule.add(float(i), value)
+        if rule.due() and rule.look():
+            stopped_at = i + 1
+            break
+    assert stopped_at is None  # +-60% needs thousands of requests for +-2%
+    assert rule.half_width is not None and rule.half_width > 0.02
+    _est, low, high = median_interval(spread[:100], 64, n_boot=100)
+    assert (low, high) == (-math.inf, math.inf)
+    seq = SequentialRule(spread, 0.05, budget=100, concurrency=64)
+    _replay(seq, spread[:100])
+    assert seq.verdict == "undecided"
