@@ -518,6 +518,19 @@ def machine_busy(seconds: float) -> float:
     return sum(b[c][0] - a[c][0] for c in a) / os.sysconf("SC_CLK_TCK") / seconds
 
 
+def stop_both(proc: subprocess.Popen[Any], server: subprocess.Popen[Any]) -> None:
+    """End the measured run (killed if still going) and the server (asked, then killed)."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    server.terminate()
+    try:
+        server.wait(10)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+
+
 def start_server(
     kind: str, args: argparse.Namespace, port: int, stats_file: str, c_exe: str | None
 ) -> subprocess.Popen[bytes]:
@@ -668,15 +681,7 @@ def run_one(
                 samples.append((time.time(), proc_cpu(server.pid), cpu_steal(), proc_cpu(proc.pid)))
             time.sleep(0.5)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_both(proc, server)
     if not child_out.exists():
         raise RuntimeError(f"the measured run failed (exit {proc.returncode})")
     result: dict[str, Any] = json.loads(child_out.read_text())

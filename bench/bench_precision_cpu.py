@@ -64,7 +64,7 @@ from pathlib import Path
 from typing import Any
 
 import fixed_servers  # bench/, beside this script
-from bench_client_servers import cpu_steal, machine_busy, proc_cpu
+from bench_client_servers import cpu_steal, machine_busy, proc_cpu, stop_both
 from fixed_servers import Timing, build_c_server, free_port, server_command
 
 HERE = Path(__file__).resolve().parent
@@ -236,15 +236,7 @@ def run_one(
                 samples.append((time.time(), tree_cpu(proc.pid), proc_cpu(server.pid), cpu_steal()))
             time.sleep(0.5)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop_both(proc, server)
     if not child_out.exists():
         raise RuntimeError(f"the measured run failed (exit {proc.returncode})")
     data = json.loads(child_out.read_text())
