@@ -48,6 +48,7 @@ import numpy as np
 
 from specload.records.request import RequestRecord
 from specload.results.bootstrap import FloatArray, block_index_chunks, block_length, row_median
+from specload.results.model import median
 
 STOP_REASONS = ("precise", "decided", "budget", "interrupted")
 VERDICTS = ("faster", "slower", "equivalent", "undecided")
@@ -150,8 +151,7 @@ def median_interval(
     and widened by Student's t on the blocks (:func:`blocks_df`)."""
     data = np.asarray(values, dtype=np.float64)
     n = len(data)
-    k = (n - 1) // 2
-    est = float(np.partition(data, k)[k])
+    est = median(values) or 0.0
     if n < MIN_BLOCKS * block_length(n, concurrency):
         return est, -math.inf, math.inf  # too few blocks for an interval: not yet known
     reps = _replicates(data, block_length(n, concurrency), n_boot, seed)
@@ -175,20 +175,13 @@ def log_median_se(
     is a TPOT of 0 (requests whose tokens came in one read) widen it rather than void it;
     infinite when the median itself is not above zero."""
     data = np.asarray(values, dtype=np.float64)
-    middle = lower_median(values)
+    middle = median(values) or 0.0
     if len(data) < MIN_BLOCKS * block_length(len(data), concurrency):
         return math.inf  # too few blocks: requests that ran together are one sample
     reps = _replicates(data, block_length(len(data), concurrency), n_boot, seed)
     if len(reps) < 2 or middle <= 0:
         return math.inf
     return float(np.std(reps, ddof=1)) / middle
-
-
-def lower_median(values: Sequence[float]) -> float:
-    """The value of rank ``floor(0.5 * (n - 1))``: :func:`specload.results.model.median`."""
-    data = np.asarray(values, dtype=np.float64)
-    k = (len(data) - 1) // 2
-    return float(np.partition(data, k)[k])
 
 
 def _replicates(data: FloatArray, block: int, n_boot: int, seed: int) -> FloatArray:
@@ -472,7 +465,7 @@ class SequentialRule:
                 f"the baseline level has {len(self.baseline)} requests with a value, fewer "
                 f"than {max(self.min_requests, 2)}"
             )
-        middle = lower_median(self.baseline)
+        middle = median(self.baseline) or 0.0
         if middle <= 0:
             raise ValueError(f"the baseline level's median is {middle:g}: no ratio can be taken")
         est = math.log(middle)
@@ -518,7 +511,7 @@ class SequentialRule:
         while self._next_t <= t:
             self._next_t += SEQUENTIAL_LOOK_STEP
         ordered = [v for _, v in sorted(self.values)]
-        middle = lower_median(ordered)
+        middle = median(ordered) or 0.0
         se_v = log_median_se(ordered, self.concurrency, n_boot=self.n_boot, seed=self.seed + n)
         se_b = self._baseline[1]
         se = math.sqrt(se_v**2 + se_b**2)

@@ -18,7 +18,7 @@ from typing import Any
 from specload.compare.model import Run, comparability_warnings, load_run
 from specload.errors import UsageError
 from specload.records.request import RequestRecord
-from specload.results.model import from_dict
+from specload.results.model import from_dict, median
 from specload.results.stopping import (
     MIN_REQUESTS_DEFAULT,
     THROUGHPUT,
@@ -26,7 +26,6 @@ from specload.results.stopping import (
     PrecisionRule,
     SequentialRule,
     ThroughputPrecision,
-    lower_median,
     metric,
 )
 from specload.sweep.plan import Level, SweepPlan
@@ -133,7 +132,7 @@ def load_against(path: str, plan: SweepPlan, key: Metric, min_requests: int) -> 
                 f"--against {path}: level {level.name} has {len(values)} requests with a "
                 f"{key.label}, fewer than --min-requests {min_requests}"
             )
-        if lower_median(values) <= 0:
+        if (median(values) or 0.0) <= 0:
             raise UsageError(
                 f"--against {path}: level {level.name}'s {key.label} is 0 (most of its "
                 "requests arrived in one read): no ratio can be taken of it"

@@ -47,7 +47,8 @@ import jsonschema
 import pytest
 
 from specload.results import read_requests, summary_schema
-from specload.results.stopping import BASELINE_SE_BOOT, log_median_se, lower_median
+from specload.results.model import median
+from specload.results.stopping import BASELINE_SE_BOOT, log_median_se
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -88,7 +89,7 @@ def baseline_tpots(out: Path) -> tuple[int, bool]:
     )
     values = [r["tpot_s"] for r in records]
     se = log_median_se(values, int(LEVEL[1:]), n_boot=BASELINE_SE_BOOT)
-    return sum(1 for v in values if v == 0), lower_median(values) > 0 and math.isfinite(se)
+    return sum(1 for v in values if v == 0), (median(values) or 0.0) > 0 and math.isfinite(se)
 
 
 def zero_tpots(out: Path) -> int:
