@@ -24,9 +24,15 @@ consecutive requests: requests that ran together stay together (at c4 the simula
 the requests of one batch the same TPOT), so that correlation is kept, and a few hundred
 recorded requests give thousands of distinct trials. Longer-range drift *within* a run is
 not replayed by the resamples; drift *between* runs is what "equal, across runs" measures.
-have the same number of requests (``compare``'s checks hold a variant to the baseline's
-``--requests``): ``--budget``, else the smallest that gives the sequential rule at least 90%
-power on the 10%-slower variant (:func:`design_budget`).
+A trial's baseline and variant have the same number of requests (``compare``'s checks hold
+a variant to the baseline's ``--requests``): ``--budget``, else the smallest that gives the
+sequential rule at least 90% power on the 10%-slower variant (:func:`design_budget`).
+
+The precision rule (``--precision 2%``) is replayed the same way: each replay a fresh block
+resample of one recorded level, its truth the recorded level's median (what the resamples
+are drawn around). Beside it, at fixed sizes, the rule's interval (order statistics) is set
+against ``compare``'s block bootstrap on the same draws: how wide each is, how often each
+holds the truth.
 
     .venv/bin/python bench/stopping_rules.py --trials 1000 --out bench/results/stopping_rules.json
     .venv/bin/python bench/stopping_rules.py record-sim   # re-record the simulator pools
@@ -54,17 +60,23 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from specload.compare.stats import bootstrap_statistic  # noqa: E402
+from specload.results.bootstrap import block_length  # noqa: E402
 from specload.results.stopping import (  # noqa: E402
     MIN_REQUESTS_DEFAULT,
     PrecisionRule,
     SequentialRule,
+    half_width,
+    median_rank_interval,
 )
 
 SIM_DIR = ROOT / "tests" / "data" / "sim" / "stopping"
 VLLM_DIR = ROOT / "tests" / "data" / "vllm-0.32.0" / "runs"
 KEEP = ("step", "start_s", "end_s", "ok", "tpot_s", "ttft_s", "category", "tokens_output")
 MARGIN = 0.05
-PRECISION_BUDGET = 2000  # a precision replay's budget (--requests)
+PRECISION_BUDGET = 4000  # a precision replay's budget (--requests)
+PRECISION_RUNS = (40, 400)  # the done-when's 40 seeded replays, and 400 for a closer figure
+AGREEMENT_SIZES = (100, 300, 900)  # fixed sizes where the two intervals are set side by side
 
 
 # -- pools ---------------------------------------------------------------------------------------
@@ -280,20 +292,15 @@ def level_report(
 # -- precision --------------------------------------------------------------------------------
 
 
-def precision_report(
-    pool: Pool, truth: float, runs: int, target: float, physical: float | None = None
-) -> dict[str, Any]:
-    """``runs`` seeded replays of the pool (disjoint stretches where the pool allows) through
-    the precision rule: how often it ends precise, how precise, and whether the truth is in."""
+def precision_report(pool: Pool, truth: float, runs: int, target: float) -> dict[str, Any]:
+    """``runs`` seeded replays of the pool through the precision rule: how often it ends
+    precise, how precise, and whether the truth is in (over the first :data:`PRECISION_RUNS`
+    replays, and over all)."""
     rng = np.random.default_rng(7)
-    ended: Counter[str] = Counter()
-    inside = 0
-    inside_physical = 0
-    widths = []
-    used = []
-    for k in range(runs):
+    outcomes: list[tuple[str, float, bool, int]] = []  # (ended, half-width, inside, requests)
+    for _ in range(runs):
         series = resample(pool, PRECISION_BUDGET, rng)
-        rule = PrecisionRule(target, pool.concurrency, seed=k)
+        rule = PrecisionRule(target, pool.concurrency)
         reason = "budget"
         for i, value in enumerate(series):
             rule.add(float(i), float(value))
@@ -302,27 +309,59 @@ def precision_report(
                 break
         if reason == "budget":
             rule.look()
-        ended[reason] += 1
-        n = len(rule.values)
         assert rule.interval is not None
         low, high = rule.interval
-        inside += low <= truth <= high
-        inside_physical += physical is not None and low <= physical <= high
-        widths.append(rule.half_width or math.inf)
-        used.append(n)
-    return {
+        width = rule.half_width if rule.half_width is not None else math.inf
+        outcomes.append((reason, width, bool(low <= truth <= high), len(rule.values)))
+    report: dict[str, Any] = {
         "pool": pool.source,
         "level": pool.level,
-        "runs": runs,
         "target": target,
-        "ended": dict(ended),
-        "max_half_width": max(widths),
         "truth": truth,
-        "truth_inside": inside / runs,
-        "physical_truth": physical,
-        "physical_truth_inside": inside_physical / runs if physical is not None else None,
-        "mean_requests": float(np.mean(used)),
+        "budget": PRECISION_BUDGET,
     }
+    for k in sorted({min(r, runs) for r in (*PRECISION_RUNS, runs)}):
+        part = outcomes[:k]
+        report[f"runs_{k}"] = {
+            "runs": k,
+            "ended": dict(Counter(o[0] for o in part)),
+            "max_half_width": max(o[1] for o in part),
+            "max_precise_half_width": max((o[1] for o in part if o[0] == "precise"), default=None),
+            "truth_inside": sum(o[2] for o in part) / k,
+            "mean_requests": float(np.mean([o[3] for o in part])),
+        }
+    return report
+
+
+def interval_agreement(pool: Pool, truth: float, trials: int = 300) -> list[dict[str, Any]]:
+    """At fixed sizes, on the same block resamples of the pool: the rank interval the
+    precision rule draws against ``compare``'s percentile block bootstrap (2,000 resamples)
+    -- the median half-width of each and how often each holds the truth."""
+    out = []
+    for n in AGREEMENT_SIZES:
+        rng = np.random.default_rng(n)
+        block = block_length(n, pool.concurrency)
+        rank_w, boot_w, rank_in, boot_in = [], [], 0, 0
+        for _ in range(trials):
+            values = resample(pool, n, rng)
+            est, low, high = median_rank_interval(list(values), pool.concurrency)
+            rank_w.append(half_width(est, low, high))
+            rank_in += low <= truth <= high
+            reps = bootstrap_statistic(values, n_boot=2000, rng=rng, block=block)
+            b_low, b_high = (float(x) for x in np.quantile(reps, [0.025, 0.975]))
+            boot_w.append(half_width(est, min(est, b_low), max(est, b_high)))
+            boot_in += b_low <= truth <= b_high
+        out.append(
+            {
+                "n": n,
+                "trials": trials,
+                "rank_half_width": float(np.median(rank_w)),
+                "bootstrap_half_width": float(np.median(boot_w)),
+                "rank_truth_inside": rank_in / trials,
+                "bootstrap_truth_inside": boot_in / trials,
+            }
+        )
+    return out
 
 
 # -- recording the simulator's pools ---------------------------------------------------------
@@ -379,21 +418,44 @@ def _pct(x: float | None) -> str:
 
 def render(report: dict[str, Any]) -> str:
     """The tables of ``bench/results/stopping_rules.md`` from the harness's JSON."""
+    precision = report.get("precision", [])
+    budget = precision[0]["budget"] if precision else PRECISION_BUDGET
     out = [
-        "### Precision (`--precision 2%`, 40 replays per level, budget "
-        f"{PRECISION_BUDGET} requests)",
+        f"### Precision (`--precision 2%`, budget {budget} requests)",
         "",
-        "| pool | level | ended | largest half-width | truth inside (pool median) "
-        "| truth inside (known ITL) | mean requests |",
+        "Each replay's truth is the recorded level's median, the centre its resamples are "
+        "drawn around.",
+        "",
+        "| pool | level | replays | ended | largest half-width when precise "
+        "| truth inside | mean requests |",
         "|---|---|---|---|---|---|---|",
     ]
-    for p in report.get("precision", []):
-        ended = ", ".join(f"{k} {v}" for k, v in sorted(p["ended"].items()))
-        out.append(
-            f"| {p['pool']} | {p['level']} | {ended} | {_pct(p['max_half_width'])} | "
-            f"{_pct(p['truth_inside'])} | {_pct(p['physical_truth_inside'])} | "
-            f"{p['mean_requests']:.0f} |"
-        )
+    for p in precision:
+        for key in sorted((k for k in p if k.startswith("runs_")), key=lambda k: int(k[5:])):
+            r = p[key]
+            ended = ", ".join(f"{k} {v}" for k, v in sorted(r["ended"].items()))
+            out.append(
+                f"| {p['pool']} | {p['level']} | {r['runs']} | {ended} | "
+                f"{_pct(r['max_precise_half_width'])} | {_pct(r['truth_inside'])} | "
+                f"{r['mean_requests']:.0f} |"
+            )
+    agreement = report.get("agreement", [])
+    if agreement:
+        out += [
+            "",
+            "### The precision rule's interval beside `compare`'s bootstrap (fixed sizes)",
+            "",
+            "| pool | level | requests | trials | half-width: rank, bootstrap "
+            "| truth inside: rank, bootstrap |",
+            "|---|---|---|---|---|---|",
+        ]
+        for a in agreement:
+            for row in a["sizes"]:
+                out.append(
+                    f"| {a['pool']} | {a['level']} | {row['n']} | {row['trials']} | "
+                    f"{_pct(row['rank_half_width'])}, {_pct(row['bootstrap_half_width'])} | "
+                    f"{_pct(row['rank_truth_inside'])}, {_pct(row['bootstrap_truth_inside'])} |"
+                )
     out += [
         "",
         f"### Verdicts (`--against`, margin {report['margin'] * 100:g}%)",
@@ -442,7 +504,10 @@ def main() -> None:
     )
     parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--budget", type=int, default=None)
-    parser.add_argument("--precision-runs", type=int, default=40)
+    parser.add_argument("--precision-runs", type=int, default=max(PRECISION_RUNS))
+    parser.add_argument(
+        "--precision-only", action="store_true", help="the precision replays alone (minutes)"
+    )
     parser.add_argument("--jobs", type=int, default=2, help="levels replayed at once")
     parser.add_argument("--out", default=None)
     parser.add_argument("--requests", type=int, default=300, help="record-sim: per level")
@@ -462,15 +527,24 @@ def main() -> None:
         return
     report: dict[str, Any] = {"trials": args.trials, "margin": MARGIN, "levels": []}
     found = pools()
-    report["precision"] = []
-    for kind, levels in found.items():
+    report["precision"], report["agreement"] = [], []
+    for levels in found.values():
         for runs in levels.values():
             pool = runs[0]
             truth = float(np.sort(pool.values)[(len(pool.values) - 1) // 2])  # the lower median
-            physical = FIXED_ITL_S if "fixed" in kind else None
-            rep = precision_report(pool, truth, args.precision_runs, 0.02, physical)
+            rep = precision_report(pool, truth, args.precision_runs, 0.02)
             report["precision"].append(rep)
             print(json.dumps(rep), flush=True)
+            sizes = interval_agreement(pool, truth)
+            report["agreement"].append({"pool": pool.source, "level": pool.level, "sizes": sizes})
+            print(json.dumps(report["agreement"][-1]), flush=True)
+    if args.precision_only:
+        if args.out:  # the verdicts' tables of an earlier run kept as they were
+            out = Path(args.out)
+            kept = json.loads(out.read_text()) if out.exists() else report
+            kept["precision"], kept["agreement"] = report["precision"], report["agreement"]
+            out.write_text(json.dumps(kept, indent=1) + "\n")
+        return
     jobs = [
         (kind, level, runs, args.trials, args.budget)
         for kind, levels in found.items()

@@ -4,12 +4,16 @@ Two rules watch a level's measured window as its requests complete; the level en
 first that says so, and at its budget (``--duration``/``--requests``) whatever they say.
 
 **Precision** (``specload run --precision 2%``): the level's metric (:data:`METRICS`,
-median TPOT by default) has an interval — the moving-block bootstrap over the requests in
-start order, :mod:`specload.results.bootstrap`, the one ``compare`` draws — and the level is
-``precise`` once that 95% interval lies within ±target of the estimate
-(:attr:`PrecisionRule.half_width`: the wider side over the estimate), never before
-``min_requests`` requests. The check runs every :data:`LOOK_SHARE` of the requests so far
-(a level can stop within 4% of the moment it could), at :data:`PRECISION_BOOT` resamples.
+median TPOT by default) has a 95% interval, and the level is ``precise`` once it lies within
+±target of the estimate (:attr:`PrecisionRule.half_width`: the wider side over the
+estimate), never before ``min_requests`` requests. For a median the interval is the
+distribution-free one from order statistics (:func:`median_rank_interval`), its ranks set by
+how much the count of requests below the median varies over the requests in start order
+(overlapping batch means, since a closed loop's requests are correlated): it agrees with
+the block bootstrap ``compare`` draws to a few percent of its width and covers the truth as
+often or more (``bench/results/stopping_rules.md``), at the cost of one sort rather than
+hundreds of resamples a look. The check runs every :data:`LOOK_SHARE` of the requests so
+far, and sooner rather than later near the predicted stop.
 
 **A verdict against a baseline** (``specload run --against DIR --margin 5%``): the
 variant's level is compared with the baseline's level (its complete, fixed sample) as the
@@ -62,11 +66,13 @@ MIN_REQUESTS_DEFAULT = 20
 LOOK_SHARE = 0.04
 # The sequential rule looks at most this often, in shares of its budget (the spending's t).
 SEQUENTIAL_LOOK_STEP = 0.05
-PRECISION_BOOT = 400  # resamples per precision look
 # An interval needs this many blocks of requests (at c256 a block is 256 requests: with
 # fewer requests every resample is the sample itself, and its width a false zero).
 MIN_BLOCKS = 5
-CONFIRM_BOOT = 2000  # fresh resamples that confirm a precise look
+# A rank interval's batches: at most this many lengths of the series, and never shorter than
+# two bootstrap blocks (one block left the batch means' variance 25% short where requests ran
+# together in fours), overlapping (Meketon & Schmeiser 1984).
+RANK_BATCHES = 40
 SE_BOOT = 400  # resamples for a standard error (the variant's, per look)
 BASELINE_SE_BOOT = 1000  # the baseline's, once (its Monte Carlo error: about 2% of it)
 BOUNDARY_PATHS = 40_000  # Monte Carlo paths of the boundary's canonical process
@@ -142,29 +148,46 @@ def blocks_df(n: int, concurrency: int) -> float:
     return max(1.0, n / block_length(n, concurrency) - 1.0)
 
 
-def median_interval(
-    values: Sequence[float], concurrency: int, *, n_boot: int, seed: int = 0
-) -> tuple[float, float, float]:
-    """``(median, low, high)``: the lower median and its 95% moving-block percentile interval
-    (``values`` in start order; blocks of at least ``concurrency`` requests): the 2.5% and
-    97.5% replicates' distances from the replicates' median, set about the sample's median
-    and widened by Student's t on the blocks (:func:`blocks_df`)."""
+def rank_batch(n: int, concurrency: int) -> int:
+    """The batch of :func:`median_rank_interval`'s batch means: two blocks, or n / 40."""
+    return max(2 * block_length(n, concurrency), n // RANK_BATCHES)
+
+
+def rank_df(n: int, concurrency: int) -> float:
+    """The degrees of freedom of overlapping batch means over ``n`` requests."""
+    return max(1.0, 1.5 * (n / rank_batch(n, concurrency) - 1.0))
+
+
+def median_rank_interval(values: Sequence[float], concurrency: int) -> tuple[float, float, float]:
+    """``(median, low, high)``: the lower median of ``values`` (in start order) and its 95%
+    interval from order statistics, ``x(k - t*sd)`` to ``x(k + t*sd)``.
+
+    ``k`` is the count of values at or below the median and ``sd`` that count's standard
+    deviation. For independent requests it is ``sqrt(n p (1 - p))`` (the sign test's
+    interval); requests that ran together are correlated, so ``sd`` comes from overlapping
+    batch means of the indicator ``x_i <= median`` over batches of ``max(2 blocks, n / 40)``
+    requests (:data:`RANK_BATCHES`), never below the independent value, with Student's
+    ``t`` on the batch means' ``1.5 (n / L - 1)`` degrees of freedom. No interval before
+    :data:`MIN_BLOCKS` blocks of the concurrency (``-inf, inf``): the requests that ran
+    together are one sample.
+    """
     data = np.asarray(values, dtype=np.float64)
     n = len(data)
     est = median(values) or 0.0
     if n < MIN_BLOCKS * block_length(n, concurrency):
-        return est, -math.inf, math.inf  # too few blocks for an interval: not yet known
-    reps = _replicates(data, block_length(n, concurrency), n_boot, seed)
-    low, center, high = (float(x) for x in np.quantile(reps, [ALPHA / 2, 0.5, 1 - ALPHA / 2]))
-    # The sides are measured from the replicates' own centre and set about both centres:
-    # on a lumpy level (TPOT 0 beside a spread) the resamples' medians sit off the sample's
-    # and the gap is uncertainty too (the lower side had vanished: 72% coverage).
-    widen = t_from_z(Z_975, blocks_df(n, concurrency)) / Z_975
-    return (
-        est,
-        min(est, center) - widen * (center - low),
-        max(est, center) + widen * (high - center),
-    )
+        return est, -math.inf, math.inf
+    batch = rank_batch(n, concurrency)
+    below = data <= est
+    share = float(below.mean())
+    walk = np.concatenate(([0.0], np.cumsum(below - share)))
+    sums = walk[batch:] - walk[:-batch]  # each batch's count less its expected count
+    count_var = float(np.mean(sums * sums)) * n * n / ((n - batch) * batch) if n > batch else 0.0
+    sd = math.sqrt(max(count_var, n * share * (1.0 - share)))
+    t = t_from_z(Z_975, rank_df(n, concurrency))
+    ordered = np.sort(data)
+    ranks = np.arange(1, n + 1, dtype=np.float64)
+    low, high = np.interp([n * share - t * sd, n * share + t * sd], ranks, ordered)
+    return est, min(est, float(low)), max(est, float(high))
 
 
 def log_median_se(
@@ -190,8 +213,7 @@ def _replicates(data: FloatArray, block: int, n_boot: int, seed: int) -> FloatAr
     Not smoothed: the smoothed bootstrap (each value moved by a normal draw of Silverman's
     bandwidth) steadies a median's width from look to look, but on the recorded
     fixed-timing runs it made the standard error 12% short, and "slower" at the margin's
-    edge came 9% of the time; the looks' predicted width (:class:`PrecisionRule`) steadies
-    the stop instead."""
+    edge came 9% of the time."""
     rng = np.random.default_rng(seed)
     out = np.empty(n_boot, dtype=np.float64)
     for lo, hi, idx in block_index_chunks(len(data), block, n_boot, rng):
@@ -209,20 +231,25 @@ def half_width(est: float, low: float, high: float) -> float:
 
 @dataclass
 class PrecisionRule:
-    """Ends a level once its metric's 95% interval is within ±``target`` of the estimate."""
+    """Ends a level once its metric's 95% interval is within ±``target`` of the estimate.
+
+    Each look's interval is :func:`median_rank_interval`'s, no narrower than the one all
+    looks so far predict (their half-widths times ``sqrt(n)`` fall on one "unit" width,
+    whose median is steady where one look's is not): stopping at the first look whose own
+    interval happened to come out narrow stops on luck (the truth was then inside 87-93% of
+    stopped intervals, against 97% at a fixed size; ``bench/results/stopping_rules.md``).
+    """
 
     target: float  # a ratio of the estimate (0.02: ±2%)
     concurrency: int = 1
     min_requests: int = MIN_REQUESTS_DEFAULT
-    n_boot: int = PRECISION_BOOT
-    seed: int = 0
     values: list[tuple[float, float]] = field(default_factory=list)  # (start_s, value)
     half_width: float | None = None  # at the last look (None: not looked yet)
     estimate: float | None = None
     interval: tuple[float, float] | None = None
     looked_at: int = 0  # requests at the last look
     reached_at: int | None = None  # requests when it was precise
-    units: list[float] = field(default_factory=list)  # half-width x sqrt(n) at each look
+    units: list[float] = field(default_factory=list)  # half-width x sqrt(n) / t at each look
     next_at: int = 0  # the next look waits for this many requests (the predicted stop, near)
 
     def add(self, start_s: float, value: float) -> None:
@@ -241,32 +268,29 @@ class PrecisionRule:
         if n < max(self.min_requests, 2):
             return False
         ordered = [v for _, v in sorted(self.values)]
-        est, low, high = median_interval(
-            ordered, self.concurrency, n_boot=self.n_boot, seed=self.seed + n
-        )
+        est, low, high = median_rank_interval(ordered, self.concurrency)
         width = half_width(est, low, high)
+        t = t_from_z(Z_975, rank_df(n, self.concurrency))
         if math.isfinite(width):
-            self.units.append(width * math.sqrt(n))
-        # A half-width falls as 1/sqrt(n): every look so far estimates the same "unit"
-        # width, and their median predicts this look's without its own noise. A level
-        # stops when the prediction is within the target and the interval itself is, on
-        # fresh resamples: stopping on one look's narrow draw stops on luck (the truth
-        # was then inside 87-90% of stopped intervals).
-        predicted = float(np.median(self.units)) / math.sqrt(n) if self.units else math.inf
-        if width <= self.target and predicted <= self.target:
-            est, low, high = median_interval(
-                ordered, self.concurrency, n_boot=CONFIRM_BOOT, seed=self.seed + n + 1
-            )
-            width = half_width(est, low, high)
+            self.units.append(width * math.sqrt(n) / t)
+        predicted = float(np.median(self.units)) * t / math.sqrt(n) if self.units else math.inf
+        if width < predicted and est > 0:
+            # this look came out narrower than its looks predict: widen its sides to that
+            if width > 0:
+                scale = predicted / width
+                low, high = est - scale * (est - low), est + scale * (high - est)
+            else:  # a lump of equal values about the median: both sides alike
+                low, high = est * (1.0 - predicted), est * (1.0 + predicted)
+            width = predicted
         self.estimate, self.interval, self.half_width = est, (low, high), width
-        if width <= self.target and predicted <= self.target:
+        if width <= self.target:
             self.reached_at = n
             return True
         if self.units:
             # The next look comes near where the units predict the target (80% of the way),
             # no sooner than the usual 4% and no later than half again: 5-7 looks a level
             # instead of 30-50 (bench/results/precision_cpu.md).
-            wanted = 0.8 * (float(np.median(self.units)) / self.target) ** 2
+            wanted = 0.8 * (float(np.median(self.units)) * Z_975 / self.target) ** 2
             self.next_at = int(min(max(wanted, n * (1 + LOOK_SHARE)), n * 1.5))
         return False
 

@@ -15,9 +15,8 @@ from specload.results.stopping import (
     PrecisionRule,
     SequentialRule,
     ThroughputPrecision,
-    _replicates,
     judge,
-    median_interval,
+    median_rank_interval,
     metric,
     spent,
     t_from_z,
@@ -118,7 +117,7 @@ def test_precision_stops_when_the_interval_is_narrow_enough() -> None:
     # the smoothing); the true median, 0.02, is inside nearly every stopped interval.
     stops, inside = [], 0
     for seed in range(20):
-        rule = PrecisionRule(0.02, seed=seed)
+        rule = PrecisionRule(0.02)
         for i, value in enumerate(_lognormal(2000, seed)):
             rule.add(float(i), value)
             if rule.due() and rule.look():
@@ -144,19 +143,43 @@ def test_precision_never_stops_before_its_minimum() -> None:
     assert looked == [30] and rule.reached_at == 30
 
 
-def test_the_interval_is_wider_than_the_bare_bootstrap_on_few_requests() -> None:
-    values = _lognormal(24, 3)
-    est, low, high = median_interval(values, 4, n_boot=400)
-    data = np.sort(values)
-    assert est == data[11]  # the lower median
-    # 24 requests in blocks of 4: 5 degrees of freedom, t = 2.571 against 1.96 (x1.31)
-    # around the replicates' centre c, from both centres: [min(est, c) - w (c - q2.5),
-    # max(est, c) + w (q97.5 - c)]
-    reps = _replicates(np.asarray(values), 4, 400, 0)
-    q_low, center, q_high = np.quantile(reps, [0.025, 0.5, 0.975])
-    w = 2.5706 / 1.96
-    assert low == pytest.approx(min(est, center) - w * (center - q_low), rel=1e-3)
-    assert high == pytest.approx(max(est, center) + w * (q_high - center), rel=1e-3)
+def test_the_rank_interval_of_independent_requests_is_the_sign_tests() -> None:
+    # 1..100 taken low, high, low, high: no run of requests below the median, so the batch
+    # means see less spread than independence would; the independent count's sd, sqrt(n/4)
+    # = 5, is the floor. Batches of 10 (two blocks of 5): 1.5 * (100/10 - 1) = 13.5 degrees
+    # of freedom, t = 2.152; ranks 50 -+ 2.152 * 5, read between the order statistics
+    # (here the values are their ranks): the sign test's interval, 39.24 to 60.76.
+    values = [float(v) for pair in zip(range(1, 51), range(100, 50, -1), strict=True) for v in pair]
+    est, low, high = median_rank_interval(values, 1)
+    assert est == 50.0
+    assert low == pytest.approx(39.24, abs=0.01) and high == pytest.approx(60.76, abs=0.01)
+
+
+def test_requests_that_run_together_widen_the_rank_interval() -> None:
+    # the same 100 values, each sent by 4 requests in a row (as 4 streams that ran
+    # together): the count below the median moves 4 at a time, its sd doubles, and so does
+    # the interval's span of ranks
+    rng = np.random.default_rng(5)
+    distinct = rng.permutation(np.arange(1.0, 101.0))
+    apart = rng.permutation(np.repeat(distinct, 4))
+    together = np.repeat(distinct, 4)
+    _, lo_a, hi_a = median_rank_interval(list(apart), 4)
+    _, lo_t, hi_t = median_rank_interval(list(together), 4)
+    assert 1.6 <= (hi_t - lo_t) / (hi_a - lo_a) <= 2.5
+
+
+@pytest.mark.parametrize("run", [1, 4])
+def test_the_rank_interval_covers_the_true_median(run: int) -> None:
+    # lognormal TPOTs of median 0.02 exactly, each drawn once (run 1) or for 4 requests in
+    # a row (run 4): with the independent count's sd alone the correlated case covered 141
+    # of 200 (70%)
+    inside = 0
+    for seed in range(200):
+        draws = _lognormal(240 // run, seed, sd=0.2)
+        values = [v for v in draws for _ in range(run)]
+        _, low, high = median_rank_interval(values, run)
+        inside += low <= 0.02 <= high
+    assert inside >= 183  # at 95% the binomial's 99% bound (these seeds: 192 and 186)
 
 
 def _replay(rule: SequentialRule, values: list[float]) -> None:
@@ -289,7 +312,7 @@ def test_no_interval_before_five_blocks_of_the_concurrency() -> None:
             break
     assert stopped_at is None  # +-60% needs thousands of requests for +-2%
     assert rule.half_width is not None and rule.half_width > 0.02
-    _est, low, high = median_interval(spread[:100], 64, n_boot=100)
+    _est, low, high = median_rank_interval(spread[:100], 64)
     assert (low, high) == (-math.inf, math.inf)
     seq = SequentialRule(spread, 0.05, budget=100, concurrency=64)
     _replay(seq, spread[:100])
