@@ -270,6 +270,8 @@ class PrecisionRule:
         ordered = [v for _, v in sorted(self.values)]
         est, low, high = median_rank_interval(ordered, self.concurrency)
         width = half_width(est, low, high)
+        if low == -math.inf:  # too few blocks for an interval: none before five of them
+            self.next_at = max(self.next_at, MIN_BLOCKS * self.concurrency)
         t = t_from_z(Z_975, rank_df(n, self.concurrency))
         if math.isfinite(width):
             self.units.append(width * math.sqrt(n) / t)
