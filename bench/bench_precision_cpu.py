@@ -1,8 +1,8 @@
 """Client CPU of ``specload run --precision``: with the checks against without (goal <= +3%).
 
-Under ``--precision`` the sweep's master re-computes a moving-block bootstrap interval of
-the level's median TPOT (:class:`specload.results.stopping.PrecisionRule`, 400 resamples)
-every time the window's requests grew by 4%. This benchmark runs the real ``specload run``
+Under ``--precision`` the sweep's master re-computes the interval of the level's median TPOT
+(:class:`specload.results.stopping.PrecisionRule`) every time the window's requests grew by
+4%, from five blocks of the concurrency on. This benchmark runs the real ``specload run``
 at 256 closed-loop streams against ``bench/fixed_server.c`` (built with ``cc -O2``; TTFT
 50 ms, ITL 5 ms, 400 tokens per answer, one token per chunk: bench/results/client.md's
 set-up), in two arms with the same ``--requests`` budget:
@@ -13,8 +13,8 @@ set-up), in two arms with the same ``--requests`` budget:
   microseconds, so even 0.1% would be met within a few hundred requests (and at 256 users
   the rule's first look, at 20 requests, has width 0: bench/results/precision_cpu.md,
   fault 1). The measured process's wrapper of ``PrecisionRule.look`` sets the rule's
-  target below 0 before each look: every look computes its interval in full (the
-  ``PRECISION_BOOT`` resamples), none is confirmed or stops the level — what a level whose
+  target below 0 before each look: every look computes its interval in full, none stops
+  the level — what a level whose
   target is out of reach in its budget costs, the most looks a level can take (the
   ``stop`` column says ``budget``). ``--tree DIR`` measures a snapshot of the code (e.g. a
   ``git archive`` of one commit) while others edit the checkout.
