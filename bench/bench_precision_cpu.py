@@ -10,12 +10,10 @@ set-up), in two arms with the same ``--requests`` budget:
 - **off**: no ``--precision``;
 - **on**: ``--precision 0.1%`` (the tightest the option takes) with the target out of
   reach, so the looks run for the whole window: a fixed-timing server's TPOT is exact to
-  microseconds, so even 0.1% would be met within a few hundred requests (and at 256 users
-  the rule's first look, at 20 requests, has width 0: bench/results/precision_cpu.md,
-  fault 1). The measured process's wrapper of ``PrecisionRule.look`` sets the rule's
-  target below 0 before each look: every look computes its interval in full, none stops
-  the level — what a level whose
-  target is out of reach in its budget costs, the most looks a level can take (the
+  microseconds, so even 0.1% would be met soon after the first interval. The measured
+  process's wrapper of ``PrecisionRule.look`` sets the rule's target below 0 before each
+  look: every look computes its interval in full and none stops the level — what a level
+  whose target is out of reach in its budget costs, the most looks a level can take (the
   ``stop`` column says ``budget``). ``--tree DIR`` measures a snapshot of the code (e.g. a
   ``git archive`` of one commit) while others edit the checkout.
 
