@@ -15,7 +15,9 @@ of a whole response, ``token_ids`` in each choice; completions — both in the c
 With ``--per-request-spec-decode-metrics`` a request's ``metrics.speculative_decoding``
 (:mod:`simulator.spec_metrics`) rides on the final usage chunk of a stream, or at the top level
 of a whole response, for ``n`` 1 only, as vLLM 0.32 does. ``POST /reset_prefix_cache`` is
-vLLM's dev-mode route (404 with ``--dev-mode off``).
+vLLM's dev-mode route (404 with ``--dev-mode off``). With ``--enable-per-request-metrics``
+the request's timing (:func:`request_timing`) rides in the same ``metrics`` object, as vLLM
+0.32's does.
 """
 
 from __future__ import annotations
@@ -92,6 +94,8 @@ class ApiConfig:
     # --per-request-spec-decode-metrics for this engine ("none" unless it speculates)
     spec_decode_metrics: str = "none"
     num_spec_tokens: int = 0
+    # --enable-per-request-metrics: the request's timing in its ``metrics`` (request_timing)
+    per_request_metrics: bool = False
 
 
 def _text(ids: list[int]) -> str:
@@ -139,6 +143,36 @@ def _validation_error(kind: str, loc: str, msg: str, input_repr: str, ctx: str =
     return error_body(message, "Bad Request", 400, loc)
 
 
+TIMING_KEYS = (
+    "time_to_first_token_ms",
+    "generation_time_ms",
+    "queue_time_ms",
+    "mean_itl_ms",
+    "tokens_per_second",
+)
+
+
+def request_timing(seq: Sequence) -> dict[str, float | None]:
+    """vLLM 0.32's per-request timing (``--enable-per-request-metrics``;
+    ``build_per_request_timing_metrics``) from the sequence's own times (monotonic, real
+    seconds): TTFT from its scheduling (the queue is not in it), the queue, first to last
+    token, that over the tokens but one, tokens over scheduling to last token; None where a
+    time it needs is not there."""
+    scheduled, first, last, n = seq.scheduled, seq.first_token, seq.last_token, seq.generated
+    out: dict[str, float | None] = dict.fromkeys(TIMING_KEYS)
+    if scheduled >= 0 and first >= 0:
+        out["time_to_first_token_ms"] = (first - scheduled) * 1000.0
+    if first >= 0 and last >= 0:
+        out["generation_time_ms"] = (last - first) * 1000.0
+        if n > 1:
+            out["mean_itl_ms"] = (last - first) / (n - 1) * 1000.0
+    if scheduled >= 0:
+        out["queue_time_ms"] = (scheduled - seq.arrival) * 1000.0
+        if last > scheduled:
+            out["tokens_per_second"] = n / (last - scheduled)
+    return out
+
+
 def _single_sequence(body: dict[str, Any], completion: bool) -> bool:
     """One prompt, ``n`` 1: vLLM reports per-request metrics only then."""
     n = body.get("n")
@@ -184,6 +218,7 @@ class Stream:
         "streaming",
         "text_content",
         "text_reasoning",
+        "timing",
         "tokens",
     )
 
@@ -229,6 +264,7 @@ class Stream:
         self.text_reasoning: list[str] = []
         self.text_content: list[str] = []
         self.seq: Sequence | None = None
+        self.timing = False  # --enable-per-request-metrics, one sequence: timing in metrics
         # The fast path (see emit) serves streamed chat chunks that carry no role, no
         # finish reason, no fault and no token ids; None where it never applies.
         self.fast_pre: bytes | None = (
@@ -289,11 +325,23 @@ class Stream:
             )
         return (self.head + body + usage + "}\n\n").encode()
 
+    def stream_metrics(self) -> dict[str, Any] | None:
+        """``metrics`` of the final usage chunk: vLLM dumps it with ``exclude_none``, so the
+        timing fields it has (``--enable-per-request-metrics``), then ``speculative_decoding``
+        (``--per-request-spec-decode-metrics``); None: neither."""
+        seq = self.seq
+        if seq is None:
+            return None
+        out: dict[str, Any] = {}
+        if self.timing:
+            out.update((k, v) for k, v in request_timing(seq).items() if v is not None)
+        if seq.spec is not None:
+            out.update(seq.spec.stream_metrics())
+        return out or None
+
     def usage_chunk(self) -> bytes:
-        spec = self.seq.spec if self.seq is not None else None
-        metrics = (
-            "" if spec is None else ',"metrics":' + orjson.dumps(spec.stream_metrics()).decode()
-        )
+        found = self.stream_metrics()
+        metrics = "" if found is None else ',"metrics":' + orjson.dumps(found).decode()
         return (
             self.head
             + f'],"usage":{self._usage()},"system_fingerprint":"{SYSTEM_FINGERPRINT}"'
@@ -420,8 +468,12 @@ class Stream:
         prompt_ids = self.prompt_ids if self.return_ids else None
         usage = orjson.loads(self._usage())
         usage["prompt_tokens_details"] = None
-        # vLLM's PerRequestMetrics.model_dump(): null without per-request metrics
+        # vLLM's PerRequestMetrics.model_dump(): every field, null where it has none; null
+        # without per-request metrics
         metrics = seq.spec.response_metrics() if seq.spec is not None else None
+        if self.timing:
+            spec = (metrics or {}).get("speculative_decoding")
+            metrics = {**request_timing(seq), "speculative_decoding": spec}
         if self.completion:
             body: dict[str, Any] = {
                 "id": self.rid_text,
@@ -794,6 +846,7 @@ class SimApi:
         if level != "none" and _single_sequence(body, completion):
             seq.spec = RequestSpecDecode(self.config.num_spec_tokens, detailed=level == "detailed")
         stream.seq = seq
+        stream.timing = self.config.per_request_metrics and _single_sequence(body, completion)
         self.requests_served += 1
         driver = self.driver
         conn.on_close = lambda: driver.abort(seq)

@@ -117,6 +117,7 @@ class SimConfig:
     allreduce_family: str = "nccl"
     variant_overrides: dict[str, str] = field(default_factory=dict)
     spec_decode_metrics: str = "none"  # --per-request-spec-decode-metrics
+    per_request_metrics: bool = False  # --enable-per-request-metrics (the request's timing)
     dev_mode: bool = True  # POST /reset_prefix_cache (vLLM: VLLM_SERVER_DEV_MODE=1)
     prefix_caching: bool = True  # vLLM's --enable-prefix-caching (its default)
 
@@ -384,6 +385,7 @@ class SimServer:
                 time_scale=config.time_scale,
                 text_seed=config.seed,
                 spec_decode_metrics=spec_metrics,
+                per_request_metrics=config.per_request_metrics,
                 num_spec_tokens=variant.num_speculative_tokens if variant.speculative else 0,
             ),
             driver=driver,

@@ -97,6 +97,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "detailed (speculative variants only)",
     )
     g.add_argument(
+        "--enable-per-request-metrics",
+        action="store_true",
+        help="vLLM 0.32's per-request timing in each response's metrics (TTFT, queue, "
+        "generation time, mean ITL, tokens per second), as vLLM's flag of that name",
+    )
+    g.add_argument(
         "--dev-mode",
         choices=("on", "off"),
         default="on",
@@ -324,6 +330,7 @@ def build_config(args: argparse.Namespace) -> SimConfig:
         allreduce_family=args.allreduce_kernel,
         variant_overrides=overrides,
         spec_decode_metrics=args.per_request_spec_decode_metrics,
+        per_request_metrics=args.enable_per_request_metrics,
         dev_mode=args.dev_mode == "on",
         prefix_caching=args.enable_prefix_caching,
     )

@@ -42,6 +42,7 @@ import orjson
 from specload.histogram import Histogram
 from specload.load.switches import SWITCHES, extension
 from specload.records.request import ARRIVAL_SAMPLE_S, RequestRecord
+from specload.records.servertiming import server_timing
 from specload.records.specdecode import estimate_from_chunks, record_spec_decode
 
 _loads = orjson.loads
@@ -270,7 +271,7 @@ class _MeterLogic(_StateBase):
         self._text_reasoning = []
         self._text_content = []
         self._text_tool = []
-        self._spec = None  # the server's metrics.speculative_decoding (the last chunk's)
+        self._spec = None  # the server's per-request ``metrics`` object (the last chunk's)
 
     @property
     def final_usage(self) -> dict[str, Any] | None:
@@ -361,11 +362,11 @@ class _MeterLogic(_StateBase):
                 self._prev_cum = cum
         metrics = obj.get("metrics")
         if metrics is not None:
-            # vLLM's per-request metrics (--per-request-spec-decode-metrics): on the final
-            # usage chunk, or the response. Checked when the record is made, never here.
-            spec = metrics.get("speculative_decoding") if type(metrics) is dict else metrics
-            if spec is not None:
-                self._spec = spec
+            # vLLM's per-request metrics (--per-request-spec-decode-metrics, its timing with
+            # --enable-per-request-metrics): on the final usage chunk, or the response. The
+            # whole object is kept (in _spec: the C core's one member for it) and read when
+            # the record is made, never here.
+            self._spec = metrics
         if fr is not None:
             self.finish_reason = fr
         if not (reasoning or content or tool is not None):
@@ -521,9 +522,15 @@ class _MeterLogic(_StateBase):
             record.itl_token_hist = per_token if per_token.count else None
         if record.tokens_output > 0 and self.first_t is not None:
             record.arrivals = self._arrivals(record.tokens_output, source == "exact", ordered)
-        if self._spec is not None:
+        metrics = self._spec
+        spec = metrics.get("speculative_decoding") if type(metrics) is dict else metrics
+        timing = server_timing(metrics)
+        if timing is not None:
+            for name, value in timing.items():
+                setattr(record, name, value)
+        if spec is not None:
             record.spec_decode = record_spec_decode(
-                self._spec,
+                spec,
                 content_start=self._step_content_start(record, split, source),
                 tokens_output=record.tokens_output,
                 sizes=self.chunk_sizes() if source == "exact" else None,

@@ -26,7 +26,9 @@ from prometheus_client.core import (
 
 from specload.errors import UsageError
 from specload.histogram import ITL_BUCKETS_S, LATENCY_BUCKETS_S, BucketCounts
+from specload.records.clientload import ClientLoadFigures
 from specload.records.request import ERROR_KINDS, RequestRecord
+from specload.records.servertiming import itl_minus_server_s, ttft_minus_server_s
 
 #: Error classes with a fixed name (HTTP statuses are ``http_<code>``, created on use).
 FIXED_ERROR_KINDS = tuple(k for k in ERROR_KINDS if not k.startswith("http_") and k != "unfinished")
@@ -37,6 +39,30 @@ LABELS = ("variant", "model", "category", "step")
 SPEC_CHANNELS = ("reasoning", "content", "unknown")
 _LATENCY = ("ttft", "ttfct", "e2e")
 _PER_TOKEN = ("tpot", "itl")
+# Client minus server (vLLM --enable-per-request-metrics; specload.records.servertiming):
+# tens of microseconds to a second, either sign (the ITL's can be a little negative).
+MINUS_SERVER_BUCKETS_S: tuple[float, ...] = (
+    -0.01,
+    -0.001,
+    -0.0001,
+    0.0,
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+)
+_MINUS_SERVER = ("ttft_minus_server", "itl_minus_server")
+ClientLoadSource = Callable[[str], ClientLoadFigures | None]
 
 
 @dataclass
@@ -45,6 +71,7 @@ class _Series:
         default_factory=lambda: {
             **{n: BucketCounts(LATENCY_BUCKETS_S) for n in _LATENCY},
             **{n: BucketCounts(ITL_BUCKETS_S) for n in _PER_TOKEN},
+            **{n: BucketCounts(MINUS_SERVER_BUCKETS_S) for n in _MINUS_SERVER},
         }
     )
     tokens: dict[str, int] = field(
@@ -82,6 +109,18 @@ class ClientMetrics:
         # --precision: (variant, step, metric) -> the half-width of the level's interval at
         # its last look, a ratio of the estimate (the sweep sets it; its levels bound it).
         self._precision: dict[tuple[str, str, str], float] = {}
+        # The client's own lag and CPU per step (specload.load.lag), when wired.
+        self._client_load: ClientLoadSource | None = None
+        self._client_steps: Callable[[], list[str]] = list
+        self._client_variant = ""
+
+    def set_client_load(
+        self, source: ClientLoadSource, steps: Callable[[], list[str]], variant: str = ""
+    ) -> None:
+        """Where the client's lag and busy share per step come from (the process's book)."""
+        self._client_load = source
+        self._client_steps = steps
+        self._client_variant = variant
 
     def set_precision(self, variant: str, step: str, metric: str, half_width: float) -> None:
         """The sweep's latest look at a level's precision (``specload run --precision``)."""
@@ -118,6 +157,12 @@ class ClientMetrics:
                 h["e2e"].add(r.e2e_s)
             if r.tpot_s is not None:
                 h["tpot"].add(r.tpot_s)
+            gap = ttft_minus_server_s(r)
+            if gap is not None:
+                h["ttft_minus_server"].add(gap)
+            gap = itl_minus_server_s(r)
+            if gap is not None:
+                h["itl_minus_server"].add(gap)
             if r.itl_token_hist is not None:
                 itl = h["itl"]
                 for value, count in r.itl_token_hist.buckets():
@@ -149,12 +194,17 @@ class ClientMetrics:
             "e2e": "End-to-end request latency.",
             "tpot": "Time per output token: (e2e - ttft) / (output tokens - 1), per request.",
             "itl": "Inter-token latency per token: each chunk gap divided by its tokens.",
+            "ttft_minus_server": "Client TTFT minus the server's queue time and TTFT (vLLM "
+            "--enable-per-request-metrics): network, HTTP front end and client, per request.",
+            "itl_minus_server": "Client TPOT minus the server's mean ITL (vLLM "
+            "--enable-per-request-metrics), per request.",
         }
         for name, doc in hist_help.items():
             fam = HistogramMetricFamily(f"specload_client_{name}_seconds", doc, labels=LABELS)
             for key, s in self._series.items():
                 b = s.hists[name]
-                fam.add_metric(list(key), b.cumulative(), b.sum)
+                if b.count or name not in _MINUS_SERVER:  # those: only with server timing
+                    fam.add_metric(list(key), b.cumulative(), b.sum)
             yield fam
         tok = CounterMetricFamily(
             "specload_client_output_tokens",
@@ -261,11 +311,48 @@ class ClientMetrics:
             for (variant, step, metric), value in sorted(self._precision.items()):
                 precision.add_metric([variant, step, metric], value)
             yield precision
+        yield from self._client_load_families()
         yield CounterMetricFamily(
             "specload_client_requests_lost",
             "Requests started on workers that went missing, never reported.",
             value=self._lost(),
         )
+
+    def _client_load_families(self) -> Iterator[Metric]:
+        """The client's own lag and busy share per step (its processes merged)."""
+        source = self._client_load
+        if source is None:
+            return
+        labels = ("variant", "step")
+        lag = GaugeMetricFamily(
+            "specload_client_lag_p99_seconds",
+            "p99 of how late the client's event loop woke (every load process merged), "
+            "over the step so far.",
+            labels=labels,
+        )
+        busy = GaugeMetricFamily(
+            "specload_client_busy_ratio",
+            "CPU time (user + system) over wall time of the busiest load process, over the "
+            "step so far (1: a whole core).",
+            labels=labels,
+        )
+        flag = GaugeMetricFamily(
+            "specload_client_saturated",
+            "1 when the step's lag p99 or busy share is beyond its limit (client_saturated: "
+            "TTFT and ITL may be biased by the client), else 0.",
+            labels=labels,
+        )
+        for step in self._client_steps():
+            figures = source(step)
+            if figures is None:
+                continue
+            key = [self._client_variant, step]
+            if figures.lag_p99_s is not None:
+                lag.add_metric(key, figures.lag_p99_s)
+            if figures.busy_ratio is not None:
+                busy.add_metric(key, figures.busy_ratio)
+            flag.add_metric(key, 1.0 if figures.saturated else 0.0)
+        yield from (lag, busy, flag)
 
 
 def _add_spec(s: _Series, sd: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 import gevent
 from locust import events
 
+from specload.load.lag import attach as attach_client_load
 from specload.load.options import add_options
 from specload.load.report import truncation_report
 from specload.load.session import LoadSession, get_session
@@ -97,6 +98,10 @@ def _add_options(parser: Any, **kw: Any) -> None:
 def _on_init(environment: Any, web_ui: Any = None, **kw: Any) -> None:
     session = get_session(environment)
     session.attach(environment.runner)
+    # The client's own lag and CPU (specload.load.lag), per step: measured where users run.
+    variant = str(getattr(session.options, "variant", "") or "")
+    book = attach_client_load(environment, session.role, lambda: session.step, variant)
+    session.metrics.set_client_load(book.figures, book.step_names, variant)
     session.attach_web_ui(web_ui)
     if session.role != "worker":
         # Only Locust's own main fires ``quit`` (the sweep warns per level itself).

@@ -105,6 +105,14 @@ class RequestRecord:
     # Speculative decoding (specload.records.specdecode): the server's per-request counts,
     # split by channel where known; None when the server sent none.
     spec_decode: dict[str, Any] | None = None
+    # The server's own timing of the request (vLLM --enable-per-request-metrics: the
+    # ``metrics`` of the last chunk or the response; specload.records.servertiming), seconds:
+    # first token - scheduled (the queue is not in it), scheduled - queued, last - first
+    # token, and that over (tokens - 1). None: the server did not send it.
+    server_ttft_s: float | None = None
+    server_queue_s: float | None = None
+    server_generation_s: float | None = None
+    server_itl_s: float | None = None
     # Service-level objectives (``--slo``, specload.slo): whether the request met every one,
     # and the measures it missed; None without objectives.
     slo_met: bool | None = None

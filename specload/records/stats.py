@@ -17,6 +17,8 @@ Definitions:
 - Token totals and means are over completed requests, per channel (reasoning,
   content, tool calls) and in all. Failed and unfinished requests are counted by
   class; their tokens are in ``tokens_received``.
+- Client minus server (TTFT, ITL): per completed request with the server's own timing
+  (:mod:`specload.records.servertiming`), exact sample quantiles (median, p10, p90).
 - Throughput is over a window: the tokens that *arrived* inside it (of any
   request, whenever it started or ended: :meth:`RequestRecord.tokens_between`)
   divided by its length, so requests long against the window bias nothing.
@@ -35,10 +37,15 @@ from typing import Any
 
 from specload.histogram import Histogram, exact_quantile
 from specload.records.request import RequestRecord
+from specload.records.servertiming import itl_minus_server_s, ttft_minus_server_s
 from specload.records.specdecode import SpecTally
 
-# Per-request values kept exactly; the two ITL views are histograms.
-VALUE_NAMES = ("ttft", "ttfct", "tpot", "e2el")
+# Per-request values kept exactly; the two ITL views are histograms. The client-minus-server
+# values (vLLM --enable-per-request-metrics) are kept exactly too.
+MINUS_SERVER_NAMES = ("ttft_minus_server", "itl_minus_server")
+VALUE_NAMES = ("ttft", "ttfct", "tpot", "e2el", *MINUS_SERVER_NAMES)
+# Their quantiles in a level's numbers: the median and its spread.
+MINUS_SERVER_STATS = (("median", 0.5), ("p10", 0.1), ("p90", 0.9))
 HISTOGRAM_NAMES = ("itl", "itl_chunk")
 METRICS = ("ttft", "ttfct", "tpot", "itl", "e2el")
 UNFINISHED = "unfinished"
@@ -109,6 +116,8 @@ class Stats:
     slo_failing: Counter[str] = field(default_factory=Counter)
     # Open loop: how late each request was sent after it was due (s), every outcome.
     lateness: list[float] = field(default_factory=list, repr=False)
+    # Completed requests carrying the server's own timing (vLLM --enable-per-request-metrics).
+    server_timed: int = 0
 
     @property
     def tokens_output(self) -> int:
@@ -177,11 +186,20 @@ class Stats:
         ):
             _keep_max(self.finished_reasoning, r.category, r.tokens_reasoning)
         values = self.values
+        if (
+            r.server_ttft_s is not None
+            or r.server_queue_s is not None
+            or r.server_generation_s is not None
+            or r.server_itl_s is not None
+        ):
+            self.server_timed += 1
         for name, value in (
             ("ttft", r.ttft_s),
             ("ttfct", r.ttfct_s),
             ("tpot", r.tpot_s),
             ("e2el", r.e2e_s),
+            ("ttft_minus_server", ttft_minus_server_s(r)),
+            ("itl_minus_server", itl_minus_server_s(r)),
         ):
             if value is not None:
                 values[name].append(value)
@@ -220,6 +238,7 @@ class Stats:
             "slo_judged",
             "slo_met",
             "slo_met_tokens",
+            "server_timed",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.errors.update(other.errors)
@@ -333,6 +352,7 @@ class Stats:
         out["coalesced_chunk_share"] = self.chunks_coalesced / self.chunks if self.chunks else None
         out["tokens_estimated"] = self.tokens_estimated
         out["errors"] = dict(sorted(self.errors.items()))
+        out.update(self.minus_server_result())
         out["spec_decode"] = self.spec.result()
         if self.lateness:
             late = sorted(self.lateness)
@@ -342,6 +362,17 @@ class Stats:
             out["max_send_lateness_ms"] = late[-1] * 1000.0
         if objectives:
             out.update(self.slo_result(duration_s, objectives))
+        return out
+
+    def minus_server_result(self) -> dict[str, Any]:
+        """``server_timing_requests`` (completed requests with the server's own timing) and
+        the client-minus-server TTFT and ITL (:mod:`specload.records.servertiming`) of those:
+        ``{median,p10,p90}_{ttft,itl}_minus_server_ms`` (None: no such request)."""
+        out: dict[str, Any] = {"server_timing_requests": self.server_timed}
+        for name in MINUS_SERVER_NAMES:
+            for stat, q in MINUS_SERVER_STATS:
+                value = self.quantile(name, q)
+                out[f"{stat}_{name}_ms"] = None if value is None else value * 1000.0
         return out
 
     def slo_result(self, duration_s: float, objectives: Mapping[str, float]) -> dict[str, Any]:

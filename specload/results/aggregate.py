@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from specload.records.clientload import CLIENT_SATURATED, ClientLoadFigures, saturated_warning
 from specload.records.request import RequestRecord
 from specload.records.stats import TRUNCATED_SHARE_LIMIT, Stats
 
@@ -165,9 +166,11 @@ def assess_level(
     lost: int = 0,
     users_held: float | None = None,
     users_min: int | None = None,
+    client: ClientLoadFigures | None = None,
 ) -> tuple[list[str], list[str]]:
     """A level's ``flags`` and ``warnings`` (sentences with counts and what to change):
-    what a reader must know before trusting its numbers (docs/sweep.md)."""
+    what a reader must know before trusting its numbers (docs/sweep.md). ``client``: the
+    client's own lag and busy share over the level (``client_saturated``)."""
     flags: list[str] = []
     warnings: list[str] = []
     truncation = truncation_warnings(level.all, numbers)
@@ -205,6 +208,9 @@ def assess_level(
             f"{late_ms:.0f} ms after they were due (max {worst:.0f} ms): the load offered "
             "was less than asked; more workers (--workers) would keep up"
         )
+    if client is not None and client.saturated:
+        flags.append(CLIENT_SATURATED)
+        warnings.append(saturated_warning(client.lag_p99_s, client.busy_ratio))
     median_ms = numbers.get("median_e2el_ms")
     if median_ms is not None and planned_duration_s:
         median = median_ms / 1000.0

@@ -40,7 +40,13 @@ from typing import Any
 
 from specload.errors import UsageError
 from specload.histogram import exact_quantile
-from specload.records.stats import TRUNCATED_SHARE_LIMIT, truncated_share
+from specload.records.clientload import CLIENT_SATURATED
+from specload.records.stats import (
+    MINUS_SERVER_NAMES,
+    MINUS_SERVER_STATS,
+    TRUNCATED_SHARE_LIMIT,
+    truncated_share,
+)
 
 __all__ = [
     "FASTER",
@@ -169,6 +175,10 @@ def verdict(
 
 MEASURES = ("ttft", "ttfct", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "p90", "p99")
+# Client minus server (specload.records.servertiming), of the requests with the server's timing.
+MINUS_SERVER_KEYS = tuple(
+    f"{stat}_{name}_ms" for name in MINUS_SERVER_NAMES for stat, _ in MINUS_SERVER_STATS
+)
 
 
 @dataclass(frozen=True)
@@ -261,10 +271,19 @@ class Figures:
     request_goodput: float | None = None
     output_goodput: float | None = None
     spec_decode: SpecDecode | None = None
+    # completed requests with the server's own timing, and the client-minus-server figures
+    # of those: "median_ttft_minus_server_ms", "p10_…", "p90_…", the same for "itl"
+    server_timing_requests: int = 0
+    minus_server_ms: Mapping[str, float | None] = field(default_factory=dict)
 
     def ms(self, stat: str, measure: str) -> float | None:
         """``stat`` (mean, median, p90, p99) of ``measure`` (ttft, ttfct, tpot, itl, e2el)."""
         return self.latency_ms.get(f"{stat}_{measure}_ms")
+
+    def minus_server(self, stat: str, measure: str) -> float | None:
+        """``stat`` (median, p10, p90) of the client's ``measure`` (ttft, itl) minus the
+        server's, in ms (None: no request carried the server's timing)."""
+        return self.minus_server_ms.get(f"{stat}_{measure}_minus_server_ms")
 
     def figure(self, key: str) -> float | None:
         """A figure by its ``summary.json`` key (a latency, a throughput, a ratio)."""
@@ -324,6 +343,8 @@ class Figures:
             request_goodput=finite_number(raw.get("request_goodput")),
             output_goodput=finite_number(raw.get("output_goodput")),
             spec_decode=SpecDecode.from_dict(spec) if isinstance(spec, Mapping) else None,
+            server_timing_requests=_count(raw.get("server_timing_requests")),
+            minus_server_ms={key: finite_number(raw.get(key)) for key in MINUS_SERVER_KEYS},
         )
 
 
@@ -565,6 +586,18 @@ class Level:
     verdict_ratio: float | None = None  # variant / baseline median
     verdict_interval: tuple[float, float] | None = None  # [low, high] ratios
     verdict_looks: int | None = None
+    # the client's own load over the window (specload.records.clientload; None: not measured)
+    client_lag_p50_s: float | None = None
+    client_lag_p99_s: float | None = None
+    client_lag_max_s: float | None = None
+    client_busy_ratio: float | None = None
+    client_processes: int | None = None
+
+    @property
+    def client_saturated(self) -> bool:
+        """Flagged ``client_saturated`` by the sweep (its lag or busy share beyond the
+        limits of :mod:`specload.records.clientload`): TTFT and ITL may be the client's."""
+        return CLIENT_SATURATED in self.flags
 
     @property
     def acceptance(self) -> Acceptance:
@@ -693,6 +726,11 @@ class Level:
             verdict_ratio=finite_number(raw.get("verdict_ratio")),
             verdict_interval=_interval(raw.get("verdict_interval")),
             verdict_looks=_int(raw.get("verdict_looks")),
+            client_lag_p50_s=finite_number(raw.get("client_lag_p50_s")),
+            client_lag_p99_s=finite_number(raw.get("client_lag_p99_s")),
+            client_lag_max_s=finite_number(raw.get("client_lag_max_s")),
+            client_busy_ratio=finite_number(raw.get("client_busy_ratio")),
+            client_processes=_int(raw.get("client_processes")),
         )
 
 

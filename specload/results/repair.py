@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specload.errors import UsageError
+from specload.records.clientload import NOT_MEASURED as CLIENT_NOT_MEASURED
 from specload.slo import parse_slo
 
 if TYPE_CHECKING:
@@ -242,6 +243,7 @@ def rebuild_summary(
         if not finished:
             level["users_held"] = None  # sampled by the dead process: unknown
             level["users_min"] = None
+            level.update(CLIENT_NOT_MEASURED)  # the client's lag and CPU: the same
         if start is not None and end is not None:
             level["output_throughput_basis"] = "token_arrivals"
             # the window's exact bounds, so a reader recounts the same tokens (ISO: ms)

@@ -27,6 +27,8 @@ from locust.runners import STATE_MISSING, MasterRunner, Runner
 
 from specload import load as load_api
 from specload.errors import UsageError
+from specload.load.lag import get_book
+from specload.records.clientload import ClientLoadFigures
 from specload.records.request import RequestRecord
 from specload.sweep import locustfile
 from specload.sweep.locustfile import MSG_PACE, TRACE_START_LEAD_S, SweepUser, get_pacer
@@ -254,6 +256,12 @@ class LocustBackend:
     def lost(self) -> int:
         """Requests started on workers that went missing and never reported back."""
         return int(load_api.get_session(self.env).lost_requests())
+
+    def client_load(self, step: str) -> ClientLoadFigures | None:
+        """The client's own lag and busy share in ``step`` (its load processes merged;
+        specload.load.lag), None when nothing was measured."""
+        book = get_book(self.env)
+        return None if book is None else book.figures(step)
 
     def close(self) -> None:
         """Quit the runner (workers too) and reap the worker processes."""

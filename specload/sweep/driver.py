@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from specload.records.clientload import level_result as client_level_result
 from specload.records.request import RequestRecord
 from specload.results.aggregate import LevelAggregate, assess_level
 from specload.results.stopping import PrecisionRule, SequentialRule, ThroughputPrecision
@@ -601,6 +602,9 @@ class SweepDriver:
         rec = state.reconciler.result(state.server) if state.reconciler is not None else None
         spec_ok, tokens_ok = reconcile_verdicts(rec)
         users_held = state.users_area / state.users_time if state.users_time > 0 else None
+        # The client's own lag and busy share over the window (a backend that measures them).
+        client_load = getattr(self.backend, "client_load", None)
+        client = client_load(level.name) if client_load is not None else None
         flags, warnings = assess_level(
             state.aggregate,
             numbers,
@@ -609,6 +613,7 @@ class SweepDriver:
             lost=state.lost,
             users_held=users_held,
             users_min=state.users_min,
+            client=client,
         )
         flags.extend(f for f in reconcile_flags(rec) if f not in flags)
         if state.cut_short is not None:
@@ -632,6 +637,7 @@ class SweepDriver:
             "window_started_at": state.window_started_at,
             "window_ended_at": state.window_ended_at,
             **numbers,
+            **client_level_result(client),
             "lost": state.lost,
             "users_held": users_held,
             "users_min": state.users_min,
