@@ -18,7 +18,7 @@ from pathlib import Path
 
 from specload.deploy import speculative
 from specload.deploy.execline import ExecLineError
-from specload.deploy.k8s import render
+from specload.deploy.k8s import render, render_overlay
 from specload.deploy.systemd import rewrite_unit, unified_diff, variant_unit_path
 from specload.errors import UsageError
 from specload.results.writer import prepare_out_dir
@@ -91,6 +91,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     k8s.add_argument("--image", metavar="IMAGE[:TAG]", help="the specload image to run")
     k8s.add_argument("--namespace", metavar="NS", help="namespace for every resource")
     k8s.add_argument("--repo", metavar="DIR", help="the specload source tree (default: found)")
+    k8s.add_argument(
+        "--overlay",
+        metavar="NAME",
+        help="also an overlay of deploy/k8s/overlays (e.g. workers-50): the base goes to "
+        "OUT/base, the overlay to OUT/overlays/NAME, which you apply",
+    )
 
 
 def _spec_text(value: str) -> str:
@@ -170,15 +176,21 @@ def run(args: argparse.Namespace) -> int:
 def _run_k8s(args: argparse.Namespace) -> int:
     repo = find_repo(args.repo)
     out = prepare_out_dir(args.out)  # one line if it cannot be created or written
+    apply = out
     try:
-        warnings = render(repo, out, image=args.image, namespace=args.namespace)
+        if args.overlay:
+            apply, warnings = render_overlay(
+                repo, out, args.overlay, image=args.image, namespace=args.namespace
+            )
+        else:
+            warnings = render(repo, out, image=args.image, namespace=args.namespace)
     except OSError as exc:
         raise UsageError(
             f"--out {str(out)!r}: cannot write {exc.filename or 'in it'} ({exc.strerror or exc})"
         ) from None
     for warning in warnings:
         print(f"specload: warning: {warning}", file=sys.stderr)
-    print(f"wrote {out}; apply with: kubectl apply -k {out}", file=sys.stderr)
+    print(f"wrote {out}; apply with: kubectl apply -k {apply}", file=sys.stderr)
     return 0
 
 

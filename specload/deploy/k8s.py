@@ -5,12 +5,26 @@ drift from the rest of the repo: ``prometheusrule.yaml`` (every group of the
 rule and alert files that ``deploy/prometheus/prometheus.yml`` loads) and
 ``dashboards/*.json`` (``grafana/dashboards``) listed in the dashboards
 ConfigMap generator.
+
+:func:`render_overlay` renders the base into ``OUT/base`` and copies an overlay of
+``deploy/k8s/overlays`` to ``OUT/overlays/NAME`` (which refers to ``../../base``).
+
+:func:`build` is kustomize's build for the subset of kustomization fields the repo's
+own base and overlays use (``resources``, ``patches`` as strategic-merge files,
+``namespace``, ``labels``, ``replicas``, ``images``, ``replacements``), in
+kustomize's order; generators are not run. It lets the renderer and the tests check
+the objects where ``kubectl kustomize`` is not installed (the tests compare the two
+where it is); anything outside the subset is refused, never skipped.
+:func:`check_workers` then checks that the master waits for as many workers as the
+worker Deployment runs.
 """
 
 from __future__ import annotations
 
+import copy
 import glob
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -145,4 +159,326 @@ def render(
         + yaml.safe_dump(kustomization, sort_keys=False),
         encoding="utf-8",
     )
+    check_workers(build(out), where="deploy/k8s/base")
     return warnings
+
+
+def overlays(repo: Path) -> list[str]:
+    """The overlays of ``deploy/k8s/overlays``, by name."""
+    root = repo / "deploy" / "k8s" / "overlays"
+    return sorted(p.parent.name for p in root.glob("*/kustomization.yaml"))
+
+
+def render_overlay(
+    repo: Path,
+    out: Path,
+    name: str,
+    *,
+    image: str | None = None,
+    namespace: str | None = None,
+) -> tuple[Path, list[str]]:
+    """Render the base to ``out/base`` and overlay ``name`` to ``out/overlays/name``.
+
+    Returns the folder to apply and the warnings. The overlay's objects are built
+    (:func:`build`) and must pass :func:`check_workers`.
+    """
+    found = overlays(repo)
+    if name not in found:
+        raise UsageError(
+            f"--overlay: no overlay {name!r} in deploy/k8s/overlays "
+            f"(there: {', '.join(found) or 'none'})"
+        )
+    source = repo / "deploy" / "k8s" / "overlays" / name
+    kustomization = _load_yaml(source / "kustomization.yaml")
+    if (kustomization or {}).get("resources", [None])[0] != "../../base":
+        raise UsageError(f"{source}/kustomization.yaml: its first resource must be ../../base")
+    warnings = render(repo, out / "base", image=image, namespace=namespace)
+    target = out / "overlays" / name
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target)
+    check_workers(build(target), where=f"overlay {name}")
+    return target, warnings
+
+
+# -- kustomize build, the subset the repo uses --------------------------------------
+
+Doc = dict[str, Any]
+
+#: The kustomization fields :func:`build` applies; ``configMapGenerator`` is read past
+#: (its ConfigMaps are not generated). Any other field is refused.
+BUILD_FIELDS = frozenset(
+    {
+        "apiVersion",
+        "kind",
+        "resources",
+        "patches",
+        "namespace",
+        "labels",
+        "replicas",
+        "images",
+        "replacements",
+        "configMapGenerator",
+    }
+)
+
+#: Strategic merge: the merge key of each list of objects a patch may merge into (as
+#: Kubernetes' own patch strategy for these fields). A patch holding any other list of
+#: objects is refused; lists of scalars (command, args) are replaced, as kustomize does.
+MERGE_KEYS = {
+    "containers": "name",
+    "initContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "ports": "containerPort",
+    "topologySpreadConstraints": "topologyKey",
+}
+
+_SCALED_KINDS = ("Deployment", "StatefulSet", "ReplicaSet", "ReplicationController")
+
+
+def _build_error(folder: Path, message: str) -> UsageError:
+    return UsageError(f"{folder}/kustomization.yaml: {message}")
+
+
+def build(folder: Path) -> list[Doc]:
+    """The objects ``kubectl kustomize folder`` gives, for the fields of :data:`BUILD_FIELDS`
+    (generated ConfigMaps aside)."""
+    kustomization = _load_yaml(folder / "kustomization.yaml")
+    if not isinstance(kustomization, dict):
+        raise _build_error(folder, "not a mapping")
+    unknown = sorted(set(kustomization) - BUILD_FIELDS)
+    if unknown:
+        raise _build_error(
+            folder,
+            f"{', '.join(unknown)}: outside what specload's renderer applies "
+            "(use kubectl kustomize)",
+        )
+    docs: list[Doc] = []
+    for entry in kustomization.get("resources") or []:
+        path = folder / entry
+        if not path.exists():
+            raise _build_error(folder, f"resources: {entry}: not found")
+        if path.is_dir():
+            docs += build(path)
+        else:
+            docs += [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    for patch in kustomization.get("patches") or []:
+        _apply_patch_file(folder, patch, docs)
+    if kustomization.get("namespace"):
+        for doc in docs:
+            doc.setdefault("metadata", {})["namespace"] = kustomization["namespace"]
+    for entry in kustomization.get("labels") or []:
+        if entry.get("includeSelectors") or entry.get("includeTemplates"):
+            raise _build_error(folder, "labels: only includeSelectors: false is applied")
+        for doc in docs:
+            doc.setdefault("metadata", {}).setdefault("labels", {}).update(entry["pairs"])
+    for entry in kustomization.get("replicas") or []:
+        targets = [
+            d
+            for d in docs
+            if d.get("kind") in _SCALED_KINDS and d["metadata"]["name"] == entry["name"]
+        ]
+        if not targets:
+            raise _build_error(folder, f"replicas: no Deployment named {entry['name']!r}")
+        for doc in targets:
+            doc["spec"]["replicas"] = entry["count"]
+    for entry in kustomization.get("images") or []:
+        _set_image(docs, entry)
+    for entry in kustomization.get("replacements") or []:
+        _replace(folder, docs, entry)
+    return docs
+
+
+def _select(docs: list[Doc], selector: Doc, folder: Path) -> list[Doc]:
+    extra = set(selector) - {"kind", "name"}
+    if extra:
+        raise _build_error(folder, f"replacements: selecting by {', '.join(sorted(extra))}")
+    return [
+        d
+        for d in docs
+        if d.get("kind") == selector.get("kind", d.get("kind"))
+        and d["metadata"]["name"] == selector.get("name", d["metadata"]["name"])
+    ]
+
+
+_PATH_PART = re.compile(r"\[[^\]]*\]|[^.]+")
+
+
+def _find(node: Any, path: str) -> list[tuple[Any, str | int]]:
+    """Where a field path leads: (container, key) of each field it names, kustomize's
+    syntax and meaning: ``a.b.[name=RE].c``, where ``RE`` is a regular expression
+    *searched* for in each element's ``name`` (unanchored: ``[name=^x$]`` for exactly
+    ``x``), so one path may name several fields."""
+    found: list[tuple[Any, str | int]] = []
+    current: list[Any] = [node]
+    for part in _PATH_PART.findall(path):
+        found = []
+        for item in current:
+            if part.startswith("["):
+                field, _, pattern = part[1:-1].partition("=")
+                if isinstance(item, list):
+                    found += [
+                        (item, i)
+                        for i, element in enumerate(item)
+                        if isinstance(element, dict)
+                        and field in element
+                        and re.search(pattern, str(element[field]).strip())
+                    ]
+            elif isinstance(item, dict) and part in item:
+                found.append((item, part))
+        current = [holder[key] for holder, key in found]
+    return found
+
+
+def _replace(folder: Path, docs: list[Doc], entry: Doc) -> None:
+    source = entry["source"]
+    matched = _select(docs, {k: v for k, v in source.items() if k != "fieldPath"}, folder)
+    if len(matched) != 1:
+        raise _build_error(folder, f"replacements: {len(matched)} sources match {source}")
+    fields = _find(matched[0], source.get("fieldPath", "metadata.name"))
+    if len(fields) != 1:
+        raise _build_error(folder, f"replacements: {len(fields)} source fields match {source}")
+    holder, key = fields[0]
+    value = holder[key]
+    for target in entry.get("targets") or []:
+        if set(target) - {"select", "fieldPaths"}:
+            raise _build_error(folder, "replacements: only select and fieldPaths are applied")
+        for doc in _select(docs, target["select"], folder):
+            for path in target["fieldPaths"]:
+                fields = _find(doc, path)
+                if not fields:
+                    raise _build_error(
+                        folder, f"unable to find field {path!r} in replacement target"
+                    )
+                for holder, key in fields:
+                    # kustomize keeps a scalar target's type: a number copied into a
+                    # string field (an env value) stays a string.
+                    old = holder[key]
+                    holder[key] = str(value) if isinstance(old, str) else copy.deepcopy(value)
+
+
+def _set_image(docs: list[Doc], entry: Doc) -> None:
+    for doc in docs:
+        pod = (doc.get("spec") or {}).get("template", {}).get("spec", {})
+        for container in pod.get("containers", []) + pod.get("initContainers", []):
+            name, _, tag = container["image"].partition(":")
+            if name != entry["name"]:
+                continue
+            new_tag = entry.get("newTag", tag)
+            container["image"] = entry.get("newName", name) + (f":{new_tag}" if new_tag else "")
+
+
+def _apply_patch_file(folder: Path, entry: Doc, docs: list[Doc]) -> None:
+    if set(entry) != {"path"}:
+        raise _build_error(folder, "patches: only {path: FILE} (strategic merge) is applied")
+    for patch in yaml.safe_load_all((folder / entry["path"]).read_text(encoding="utf-8")):
+        if not patch:
+            continue
+        targets = [
+            d
+            for d in docs
+            if d.get("kind") == patch.get("kind")
+            and d["metadata"]["name"] == patch.get("metadata", {}).get("name")
+        ]
+        if len(targets) != 1:
+            raise _build_error(
+                folder, f"patches: {entry['path']}: {len(targets)} objects match its kind and name"
+            )
+        try:
+            merged = strategic_merge(targets[0], patch)
+        except ValueError as exc:
+            raise _build_error(folder, f"patches: {entry['path']}: {exc}") from None
+        docs[docs.index(targets[0])] = merged
+
+
+def strategic_merge(original: Any, patch: Any, field: str = "") -> Any:
+    """``patch`` merged into ``original`` the strategic way, for the lists of
+    :data:`MERGE_KEYS` (``null`` removes a key; ``$patch`` directives are refused)."""
+    if isinstance(patch, dict) and isinstance(original, dict):
+        out = copy.deepcopy(original)
+        for key, value in patch.items():
+            if key.startswith("$"):
+                raise ValueError(f"{key}: patch directives are not applied")
+            if value is None:
+                out.pop(key, None)
+            elif key in out:
+                out[key] = strategic_merge(out[key], value, key)
+            else:
+                out[key] = copy.deepcopy(value)
+        return out
+    if isinstance(patch, list) and isinstance(original, list):
+        if not any(isinstance(item, dict) for item in patch + original):
+            return copy.deepcopy(patch)
+        merge_key = MERGE_KEYS.get(field)
+        if merge_key is None:
+            raise ValueError(f"{field}: a list with no merge key known here")
+        if not all(isinstance(item, dict) and merge_key in item for item in patch):
+            raise ValueError(f"{field}: every element needs its {merge_key}")
+        # kustomize's order: the patch's elements (merged into the original's of the
+        # same key) in the patch's order, then the original's other elements.
+        by_key = {item.get(merge_key): item for item in original}
+        in_patch = {item.get(merge_key) for item in patch}
+        merged = [
+            strategic_merge(by_key[item[merge_key]], item)
+            if item.get(merge_key) in by_key
+            else copy.deepcopy(item)
+            for item in patch
+        ]
+        return merged + [
+            copy.deepcopy(item) for item in original if item.get(merge_key) not in in_patch
+        ]
+    return copy.deepcopy(patch)
+
+
+# -- the master waits for the workers the Deployment runs -----------------------------
+
+
+def _env(container: Doc) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container.get("env", [])}
+
+
+def _master_setting(docs: list[Doc], flag: str, env: str, default: str) -> str:
+    """A Locust option of the master container: its flag in the command, else its env."""
+    (deployment,) = [
+        d
+        for d in docs
+        if d.get("kind") == "Deployment" and d["metadata"]["name"] == "locust-master"
+    ]
+    (master,) = [
+        c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "master"
+    ]
+    command = master.get("command", []) + master.get("args", [])
+    if flag in command:
+        return str(command[command.index(flag) + 1])
+    return str(_env(master).get(env, default))
+
+
+def expected_workers(docs: list[Doc]) -> tuple[int, int]:
+    """(the worker Deployment's replicas, the workers the master waits for)."""
+    (worker,) = [
+        d
+        for d in docs
+        if d.get("kind") == "Deployment" and d["metadata"]["name"] == "locust-worker"
+    ]
+    # Locust's defaults: 1 worker expected; a Deployment's: 1 replica.
+    expect = _master_setting(docs, "--expect-workers", "LOCUST_EXPECT_WORKERS", "1")
+    return int(worker["spec"].get("replicas", 1)), int(expect)
+
+
+def check_workers(docs: list[Doc], *, where: str) -> None:
+    """The master waits for as many workers as ``locust-worker`` runs, for a bounded time."""
+    replicas, expect = expected_workers(docs)
+    if replicas != expect:
+        raise UsageError(
+            f"{where}: locust-worker runs {replicas} replicas but the master waits for "
+            f"{expect} workers (LOCUST_EXPECT_WORKERS): copy the base's replacements "
+            "entry into the overlay"
+        )
+    wait = _master_setting(docs, "--expect-workers-max-wait", "LOCUST_EXPECT_WORKERS_MAX_WAIT", "0")
+    if int(wait) <= 0:
+        raise UsageError(
+            f"{where}: the master would wait forever for its workers: "
+            "set LOCUST_EXPECT_WORKERS_MAX_WAIT (seconds)"
+        )

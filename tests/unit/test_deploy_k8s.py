@@ -17,7 +17,15 @@ import yaml
 
 from exporter.config import parse_config
 from specload.cli import main
-from specload.deploy.k8s import prometheus_rule, render, rule_files
+from specload.deploy.k8s import (
+    build,
+    check_workers,
+    prometheus_rule,
+    render,
+    render_overlay,
+    rule_files,
+)
+from specload.errors import UsageError
 
 pytestmark = pytest.mark.unit
 
@@ -242,3 +250,257 @@ def test_locust_settings_are_options_the_load_generator_reads(rendered: Path) ->
 def test_exporter_config_map_is_a_valid_exporter_config() -> None:
     config = parse_config(yaml.safe_load((BASE / "exporter-config.yaml").read_text()), env={})
     assert [t.variant for t in config.targets] == ["baseline", "ngram"]
+
+
+# -- 50 workers: the overlay ----------------------------------------------------------
+# Rendered by `specload deploy k8s --overlay` and built by specload's own kustomize subset
+# (specload.deploy.k8s.build: resources, strategic-merge patches, replicas, replacements,
+# …), which runs on every machine; where kubectl is installed, `kubectl kustomize` builds
+# the same folder and the two must give the same objects.
+
+OVERLAY = "workers-50"
+OVERLAY_DIR = ROOT / "deploy" / "k8s" / "overlays" / OVERLAY
+
+
+@pytest.fixture(scope="module")
+def overlay(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("k8s-overlay")
+    applied, _ = render_overlay(
+        ROOT, out, OVERLAY, image="registry.example/specload:1.2.3", namespace="loadtest"
+    )
+    assert applied == out / "overlays" / OVERLAY
+    return applied
+
+
+def deployment(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    (found,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name]
+    return found
+
+
+def container(docs: list[dict[str, Any]], name: str, container_name: str) -> dict[str, Any]:
+    pod = deployment(docs, name)["spec"]["template"]["spec"]
+    (found,) = [c for c in pod["containers"] if c["name"] == container_name]
+    return found
+
+
+def master_env(docs: list[dict[str, Any]]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container(docs, "locust-master", "master")["env"]}
+
+
+def assert_workers_agree(docs: list[dict[str, Any]]) -> int:
+    """The worker Deployment's replicas == the workers the master waits for; returns it.
+    (Read here from the objects, not with the renderer's own check.)"""
+    master = container(docs, "locust-master", "master")
+    # Locust reads the expected workers from the env; a flag would override it.
+    assert not any(a.startswith("--expect-workers") for a in master["command"])
+    replicas = deployment(docs, "locust-worker")["spec"]["replicas"]
+    expected = int(master_env(docs)["LOCUST_EXPECT_WORKERS"])
+    assert replicas == expected, f"{replicas} workers run, the master waits for {expected}"
+    return replicas
+
+
+def test_base_master_waits_for_the_base_workers(rendered: Path) -> None:
+    docs = build(rendered)
+    assert assert_workers_agree(docs) == 2
+    assert int(master_env(docs)["LOCUST_EXPECT_WORKERS_MAX_WAIT"]) > 0
+
+
+def test_overlay_runs_50_workers_and_the_master_waits_for_them(overlay: Path) -> None:
+    docs = build(overlay)
+    assert sorted(d["kind"] for d in docs) == [
+        "Deployment",
+        "Deployment",
+        "Deployment",
+        "PrometheusRule",
+        "Service",
+        "Service",
+        "ServiceMonitor",
+        "ServiceMonitor",
+    ]
+    for doc in docs:
+        validate(doc)
+        assert doc["metadata"]["namespace"] == "loadtest"
+    assert assert_workers_agree(docs) == 50
+    env = master_env(docs)
+    # Every setting of the overlay's master patch arrives as written (a replacement whose
+    # path matched more than LOCUST_EXPECT_WORKERS would overwrite one of them).
+    patch = yaml.safe_load((OVERLAY_DIR / "master-autostart.yaml").read_text())
+    (patched,) = patch["spec"]["template"]["spec"]["containers"]
+    assert {e["name"]: env[e["name"]] for e in patched["env"]} == {
+        e["name"]: e["value"] for e in patched["env"]
+    }
+    assert env["LOCUST_AUTOSTART"] == "true"  # the run starts once the 50 are connected
+    assert 0 < int(env["LOCUST_EXPECT_WORKERS_MAX_WAIT"]) <= 3600  # and never waits forever
+    users = int(env["LOCUST_USERS"])
+    assert users >= 50 and users % 50 == 0  # every worker runs as many users
+    master = container(docs, "locust-master", "master")
+    assert "--enable-rebalancing" in master["command"]
+    worker = container(docs, "locust-worker", "worker")
+    # One Locust process uses one core at most: a core requested, no CPU limit (throttling).
+    assert worker["resources"]["requests"]["cpu"] == "1"
+    for c in (master, worker):
+        assert "cpu" not in c["resources"].get("limits", {})
+    # The workers reach the master by its Service, on the port the master listens on.
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    host = worker["command"][worker["command"].index("--master-host") + 1]
+    port = worker["command"][worker["command"].index("--master-port") + 1]
+    assert int(port) in {p["port"] for p in services[host]["spec"]["ports"]}
+    # The base's other objects are there unchanged.
+    base = {(d["kind"], d["metadata"]["name"]): d for d in build(overlay.parents[1] / "base")}
+    for doc in docs:
+        if doc["kind"] != "Deployment":
+            assert doc == base[(doc["kind"], doc["metadata"]["name"])]
+
+
+def _break_without_replacement(kustomization: dict[str, Any], folder: Path) -> None:
+    del kustomization["replacements"]  # replicas 50, the master still waits for 2
+
+
+def _break_master_only(kustomization: dict[str, Any], folder: Path) -> None:
+    # The master told 50 by a patch, the Deployment left at the base's 2.
+    del kustomization["replicas"]
+    del kustomization["replacements"]
+    (folder / "expect.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "apps/v1",
+                "kind": "Deployment",
+                "metadata": {"name": "locust-master"},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "containers": [
+                                {
+                                    "name": "master",
+                                    "env": [{"name": "LOCUST_EXPECT_WORKERS", "value": "50"}],
+                                }
+                            ]
+                        }
+                    }
+                },
+            }
+        )
+    )
+    kustomization["patches"].append({"path": "expect.yaml"})
+
+
+def _break_replacement_target(kustomization: dict[str, Any], folder: Path) -> None:
+    # The replacement aimed at another Deployment: the master keeps the base's 2.
+    kustomization["replacements"][0]["targets"][0]["select"]["name"] = "specload-exporter"
+    kustomization["replacements"][0]["targets"][0]["fieldPaths"] = ["spec.replicas"]
+
+
+@pytest.fixture(
+    params=[_break_without_replacement, _break_master_only, _break_replacement_target],
+    ids=["replicas-only", "master-only", "replacement-elsewhere"],
+)
+def broken_overlay(request: pytest.FixtureRequest, overlay: Path, tmp_path: Path) -> Path:
+    """The rendered tree with the overlay changed so that the two counts disagree."""
+    tree = tmp_path / "tree"
+    shutil.copytree(overlay.parents[1], tree)
+    folder = tree / "overlays" / OVERLAY
+    kustomization = yaml.safe_load((folder / "kustomization.yaml").read_text())
+    request.param(kustomization, folder)
+    (folder / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return folder
+
+
+def test_an_overlay_whose_counts_disagree_fails(broken_overlay: Path) -> None:
+    docs = build(broken_overlay)
+    with pytest.raises(AssertionError, match="workers run, the master waits for"):
+        assert_workers_agree(docs)
+    with pytest.raises(
+        UsageError, match=r"locust-worker runs \d+ replicas but the master waits for"
+    ):
+        check_workers(docs, where="overlay")
+    if KUBECTL is not None:  # kustomize itself builds the same disagreement
+        with pytest.raises(AssertionError, match="workers run, the master waits for"):
+            assert_workers_agree(kubectl_kustomize(broken_overlay))
+
+
+def test_render_refuses_an_overlay_whose_counts_disagree(tmp_path: Path) -> None:
+    repo = tmp_path / "repo"
+    for part in ("deploy", "grafana"):
+        shutil.copytree(ROOT / part, repo / part)
+    kustomization = repo / "deploy" / "k8s" / "overlays" / OVERLAY / "kustomization.yaml"
+    data = yaml.safe_load(kustomization.read_text())
+    del data["replacements"]
+    kustomization.write_text(yaml.safe_dump(data))
+    with pytest.raises(UsageError, match="runs 50 replicas but the master waits for 2"):
+        render_overlay(repo, tmp_path / "out", OVERLAY)
+    with pytest.raises(UsageError, match="no overlay 'workers-5'"):
+        render_overlay(repo, tmp_path / "out", "workers-5")
+
+
+def test_build_refuses_what_it_does_not_apply(overlay: Path, tmp_path: Path) -> None:
+    shutil.copytree(overlay.parents[1], tmp_path / "tree")
+    folder = tmp_path / "tree" / "overlays" / OVERLAY
+    kustomization = folder / "kustomization.yaml"
+    data = yaml.safe_load(kustomization.read_text())
+    for changed, message in [
+        ({"commonLabels": {"a": "b"}}, "commonLabels: outside"),
+        ({"patches": [{"patch": "x"}]}, r"only \{path: FILE\}"),
+        ({"resources": ["../../nowhere"]}, "nowhere: not found"),
+    ]:
+        kustomization.write_text(yaml.safe_dump(data | changed))
+        with pytest.raises(UsageError, match=message):
+            build(folder)
+
+
+def kubectl_kustomize(folder: Path) -> list[dict[str, Any]]:
+    assert KUBECTL is not None
+    result = subprocess.run(
+        [KUBECTL, "kustomize", str(folder)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+def _unhashed(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """kustomize's objects less its generated ConfigMaps, their references unhashed."""
+    hashed = {
+        d["metadata"]["name"]: d["metadata"]["name"].rsplit("-", 1)[0]
+        for d in docs
+        if d["kind"] == "ConfigMap" and "specload-exporter-config" in d["metadata"]["name"]
+    }
+    out = []
+    for doc in docs:
+        if doc["kind"] == "ConfigMap":
+            continue
+        for volume in doc.get("spec", {}).get("template", {}).get("spec", {}).get("volumes", []):
+            if "configMap" in volume:
+                name = volume["configMap"]["name"]
+                volume["configMap"]["name"] = hashed.get(name, name)
+        out.append(doc)
+    return out
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl (with kustomize) is not installed")
+@pytest.mark.parametrize("which", ["overlay", "base"])
+def test_kustomize_builds_what_specload_builds(overlay: Path, which: str) -> None:
+    folder = overlay if which == "overlay" else overlay.parents[1] / "base"
+    docs = kubectl_kustomize(folder)
+    for doc in docs:
+        validate(doc)
+    assert assert_workers_agree(docs) == (50 if which == "overlay" else 2)
+    key = lambda d: (d["kind"], d["metadata"]["name"])  # noqa: E731
+    ours = {key(d): d for d in build(folder)}
+    theirs = {key(d): d for d in _unhashed(docs)}
+    assert ours.keys() == theirs.keys()
+    for name, doc in ours.items():
+        assert doc == theirs[name], name
+
+
+def test_cli_renders_an_overlay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "out"
+    assert (
+        main(["deploy", "k8s", "--out", str(out), "--overlay", OVERLAY, "--repo", str(ROOT)]) == 0
+    )
+    assert f"kubectl apply -k {out / 'overlays' / OVERLAY}" in capsys.readouterr().err
+    assert (out / "base" / "prometheusrule.yaml").exists()
+    assert main(["deploy", "k8s", "--out", str(out), "--overlay", "nope", "--repo", str(ROOT)]) == 2
+    assert "no overlay 'nope'" in capsys.readouterr().err
