@@ -182,6 +182,15 @@ def add_options(parser: Any) -> None:
         help="append every request's record to this JSONL file (master or single process)",
     )
     add(
+        "--worker-records-file",
+        default="",
+        env_var="SPECLOAD_WORKER_RECORDS_FILE",
+        include_in_web_ui=False,
+        help="workers: also append each request's record to this JSONL file on the worker's "
+        "own host ({worker} in the name becomes the worker's id), so a link to the master "
+        "that fails costs no measurement",
+    )
+    add(
         "--step",
         default=DEFAULT_STEP,
         env_var="SPECLOAD_STEP",

@@ -228,6 +228,8 @@ class LoadSession:
                 _ = self.url
             except UsageError as exc:
                 raise SystemExit(f"specload: error: {exc}") from None
+        if self.role == "worker":
+            self._open_worker_records(runner)
         if self.role != "worker":
             records_file = getattr(opts, "records_file", "") if opts is not None else ""
             if records_file:
@@ -240,6 +242,25 @@ class LoadSession:
                     ) from None
             self._start_metrics()
             self.environment.events.quitting.add_listener(self._on_quitting)
+
+    def _open_worker_records(self, runner: Any) -> None:
+        """``--worker-records-file``: this worker's own copy of its records, on its host."""
+        path = str(getattr(self.options, "worker_records_file", "") or "")
+        if not path:
+            return
+        path = path.replace("{worker}", str(getattr(runner, "client_id", "") or "worker"))
+        try:
+            self._records_out = open(path, "ab")  # noqa: SIM115
+        except OSError as exc:
+            raise SystemExit(
+                f"specload: error: --worker-records-file: cannot write {path!r} ({exc.strerror})"
+            ) from None
+        self.environment.events.quitting.add_listener(lambda **kw: self._close_records())
+
+    def _close_records(self) -> None:
+        if self._records_out is not None:
+            self._records_out.close()
+            self._records_out = None
 
     def attach_web_ui(self, web_ui: Any) -> None:
         """Add the specload tab (per step and category TTFT, TPOT, tok/s), ``/specload``
@@ -390,6 +411,9 @@ class LoadSession:
         """A user finished a request: Locust stats here, publish locally or queue for master."""
         if self.role == "worker":
             self._pending.append(record.to_dict(include_histograms=True, include_token_ids=True))
+            if self._records_out is not None:  # --worker-records-file: kept on this host
+                self._records_out.write(orjson.dumps(record.to_dict()) + b"\n")
+                self._records_out.flush()
         else:
             self._publish(record)
         fire_locust_events(self.environment, record)
@@ -489,8 +513,7 @@ class LoadSession:
             count.budget_seq = report.seq
             count.budget_left = report.budget_left
         if not count.greeted:
-            # A worker's first message: it may have missed the step sent when it connected
-            # (before its handlers were registered).
+            # A worker's first message: now it can take the step (see _on_worker_connect).
             count.greeted = True
             self._send_step(msg.node_id, count)
         for d in report.records:
@@ -527,7 +550,13 @@ class LoadSession:
         runner.quit = quit_after_drain
 
     def _on_worker_connect(self, client_id: str, **kw: Any) -> None:
-        self._send_step(client_id, self._workers.setdefault(client_id, _WorkerCount()))
+        # A new worker connects before its handlers are registered (Locust fires ``init``
+        # after the worker's runner has connected): a step sent now would only be logged
+        # there as an unknown message. Its first records message, 0.25 s later, asks for
+        # the step (``_on_records``); a worker seen before (it reconnected) gets it now.
+        count = self._workers.setdefault(client_id, _WorkerCount())
+        if count.greeted:
+            self._send_step(client_id, count)
 
     def _send_step(self, client_id: str, count: _WorkerCount) -> None:
         runner = self.environment.runner

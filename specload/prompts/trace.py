@@ -22,6 +22,7 @@ Every entry is proven sendable as it is read, as prompt files are
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 from collections.abc import Sequence
@@ -205,6 +206,19 @@ def load_trace(path: str | Path, *, speedup: float = 1.0) -> list[TraceEntry]:
     out.sort(key=lambda e: e[0])
     start = out[0][0]
     return [TraceEntry((t - start) / speedup, prompt) for t, prompt in out]
+
+
+def trace_digest(path: str | Path, speedup: float = 1.0) -> str:
+    """What identifies a trace replay across hosts: the file's bytes and the speedup (a
+    worker started with another file, or none, would send another workload)."""
+    h = hashlib.sha256(f"{float(speedup)!r}\n".encode())
+    try:
+        with Path(path).open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    except OSError:
+        return ""
+    return h.hexdigest()[:16]
 
 
 def share(entries: Sequence[TraceEntry], index: int, count: int) -> list[TraceEntry]:

@@ -27,6 +27,7 @@ from locust.runners import STATE_MISSING, MasterRunner, Runner
 
 from specload import load as load_api
 from specload.errors import UsageError
+from specload.prompts.trace import trace_digest
 from specload.load.lag import get_book
 from specload.records.clientload import ClientLoadFigures
 from specload.records.request import RequestRecord
@@ -208,6 +209,11 @@ class LocustBackend:
             if trace:  # each worker sends every n-th entry, by its place in this list
                 data["trace_workers"] = sorted(str(c.id) for c in ready)
                 data["trace_start"] = time.time() + TRACE_START_LEAD_S
+                opts = self.env.parsed_options
+                data["trace_digest"] = trace_digest(
+                    str(getattr(opts, "trace", "") or ""),
+                    float(getattr(opts, "trace_speedup", 1.0) or 1.0),
+                )
             self.runner.send_message(MSG_PACE, data)
         else:
             get_pacer(self.env).set_rate(

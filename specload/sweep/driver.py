@@ -83,6 +83,14 @@ class OutagePolicy:
     wait_ready: Callable[[float, StopCheck], None] = lambda _timeout, _stop: None
 
 
+def _step_budget(level: Level) -> int | None:
+    """The requests the load may start in the level's step (None: no limit). A trace's
+    count is its own: each worker sends its share of the entries once, and a budget
+    granted on demand could strand the last entries of one worker behind the surplus
+    granted to another (the level then never ended)."""
+    return None if level.trace else level.requests
+
+
 @dataclass
 class LevelState:
     level: Level
@@ -306,7 +314,7 @@ class SweepDriver:
             self.backend.set_step(DRAIN_STEP, 0)
             self._start_probe(state)
             state.phase = "measure"
-            self.backend.set_step(level.name, level.requests)
+            self.backend.set_step(level.name, _step_budget(level))
             self._open_window(state)
             self.backend.start(level)
             self.sleep(0)  # let the users spawn before anything else runs
@@ -334,7 +342,7 @@ class SweepDriver:
             self._run_window(state, state.warmup, level.warmup_name)
             state.warmup.finish(self.clock())
             state.phase = "measure"
-            self.backend.set_step(level.name, level.requests)
+            self.backend.set_step(level.name, _step_budget(level))
             self._open_window(state)
         assert state.window is not None
         if state.probe is None:

@@ -19,6 +19,7 @@ among its workers with the ``specload:pace`` runner message.
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 import zlib
@@ -34,7 +35,9 @@ from locust.runners import WorkerRunner
 from specload.load import user as _chat
 from specload.load.options import WARMUP_SUFFIX
 from specload.prompts import Prompt
-from specload.prompts.trace import TraceEntry, load_trace, share
+from specload.prompts.trace import TraceEntry, load_trace, share, trace_digest
+
+log = logging.getLogger("specload.load")
 
 MSG_PACE = "specload:pace"
 # Closed-loop users in step end their streams in the same moment, and the client then
@@ -201,18 +204,35 @@ class SweepUser(_chat.ChatUser):
         return prompt if prompt is not None else super().next_prompt()
 
 
+def _own_trace_digest(environment: Any) -> str:
+    opts = getattr(environment, "parsed_options", None)
+    path = str(getattr(opts, "trace", "") or "")
+    return trace_digest(path, float(getattr(opts, "trace_speedup", 1.0) or 1.0)) if path else ""
+
+
 def _on_pace(environment: Any, msg: Any, **kw: Any) -> None:
     data = msg.data or {}
     trace = None
+    hold = bool(data.get("hold"))
     workers = data.get("trace_workers")
     if isinstance(workers, list):  # this worker's share: its place among the workers
         me = str(getattr(environment.runner, "client_id", ""))
         trace = (workers.index(me) if me in workers else 0, max(1, len(workers)))
+        wanted = data.get("trace_digest")
+        if wanted is not None and wanted != _own_trace_digest(environment):
+            # Without the master's trace this worker would send another workload (closed
+            # loop, or another file) and the level would count it as the trace's.
+            log.error(
+                "specload: the master replays a trace this worker does not have (--trace, "
+                "--trace-speedup differ or are missing): it sends nothing; start every "
+                "worker with the master's load options and the same trace file"
+            )
+            hold, trace = True, None
     start = data.get("trace_start")
     get_pacer(environment).set_rate(
         data.get("rate"),
         int(data.get("seq", 0)),
-        hold=bool(data.get("hold")),
+        hold=hold,
         trace=trace,
         trace_start=float(start) if isinstance(start, int | float) else None,
     )

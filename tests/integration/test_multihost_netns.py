@@ -1,0 +1,188 @@
+"""specload across hosts: each part in its own network namespace on one bridge.
+
+The target (the simulator), the master (``specload run --expect-workers 2
+--master-bind-host 0.0.0.0``) and two workers (``locust -f .../specload/sweep/locustfile.py
+--worker --master-host MASTER``, the commands of docs/sweep.md) each run in a namespace of
+their own (tests/fixtures/netns.py): they reach each other only over the bridge, by the
+addresses the test gave them, and nothing is added to the namespace the tests run in.
+
+Each worker keeps its own copy of its records on its host (``--worker-records-file``), and
+the simulator counts the requests it served: the master's merged counts are checked
+against both, per level, in the three arrival modes (closed loop with ``--requests``, an
+open-loop rate, a trace).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from specload.sweep import locustfile as sweep_locustfile
+from tests.fixtures.netns import Host, Network, skip_reason
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+SKIP = skip_reason()
+PY = sys.executable
+API_PORT = 8000
+CONTROL_PORT = 8001
+MASTER_PORT = 5557
+SIM = [
+    *("--timing", "fixed", "--fixed-ttft", "0.02", "--fixed-itl", "0.002"),
+    *("--fixed-reasoning-tokens", "5", "--fixed-content-tokens", "5", "--load-time", "0"),
+]
+WORKER_LOAD = ["--max-tokens", "64"]  # the load options, the same on every host
+
+
+def _wait_port(host: Host, address: str, port: int, timeout_s: float = 30.0) -> None:
+    probe = (
+        "import socket,sys,time\n"
+        f"end=time.monotonic()+{timeout_s}\n"
+        "while time.monotonic()<end:\n"
+        "    try:\n"
+        f"        socket.create_connection(('{address}',{port}),timeout=1).close(); sys.exit(0)\n"
+        "    except OSError: time.sleep(0.2)\n"
+        "sys.exit(1)\n"
+    )
+    done = host.run([PY, "-c", probe], timeout_s=timeout_s + 5)
+    assert done.returncode == 0, f"{address}:{port} never listened"
+
+
+def _served(target: Host) -> int:
+    """The simulator's count of chat requests served (its loopback control port)."""
+    read = (
+        "import json,urllib.request\n"
+        f"print(json.load(urllib.request.urlopen('http://127.0.0.1:{CONTROL_PORT}/state',"
+        "timeout=5))['requests_served'])\n"
+    )
+    done = target.run([PY, "-c", read])
+    assert done.returncode == 0, done.stderr[-500:]
+    return int(done.stdout.strip())
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[tuple[Network, dict[str, Host]]]:
+    if SKIP:
+        pytest.skip(SKIP)
+    with Network() as net:
+        parts = {name: net.host(name) for name in ("target", "master", "w1", "w2")}
+        target = parts["target"]
+        target.start(
+            [PY, "-m", "simulator", "--host", "0.0.0.0", "--port", str(API_PORT),
+             "--control-port", str(CONTROL_PORT), *SIM],
+            tmp_path / "sim.log",
+        )  # fmt: skip
+        _wait_port(target, "127.0.0.1", API_PORT)
+        yield net, parts
+
+
+def _run(
+    tmp_path: Path,
+    net: Network,
+    parts: dict[str, Host],
+    mode: list[str],
+    worker_load: tuple[str, ...] = (),
+) -> tuple[dict, list[dict], dict[str, list[dict]], int]:
+    """One ``specload run`` with its master and two workers on their hosts: the summary,
+    the master's records, each worker's own records, the requests the server served."""
+    master, target = parts["master"], parts["target"]
+    out = tmp_path / "run"
+    run = master.start(
+        [PY, "-m", "specload", "run", "--host", f"http://{target.address}:{API_PORT}",
+         "--out", str(out), "--expect-workers", "2", "--master-bind-host", "0.0.0.0",
+         "--master-bind-port", str(MASTER_PORT), *WORKER_LOAD, *mode,
+         "--metrics-address", "off", "--progress", "off", "--no-plots"],
+        tmp_path / "master.log",
+    )  # fmt: skip
+    _wait_port(parts["w1"], master.address, MASTER_PORT)
+    own: dict[str, Path] = {}
+    for name in ("w1", "w2"):
+        own[name] = tmp_path / f"{name}.records.jsonl"
+        parts[name].start(
+            [PY, "-m", "locust", "-f", sweep_locustfile.__file__, "--worker",
+             "--master-host", master.address, "--master-port", str(MASTER_PORT),
+             *WORKER_LOAD, *worker_load, "--worker-records-file", str(own[name])],
+            tmp_path / f"{name}.log",
+        )  # fmt: skip
+    try:
+        code = run.wait(timeout=240)
+    except Exception:
+        run.kill()
+        raise
+    log = (tmp_path / "master.log").read_text(errors="replace")
+    assert code == 0, log[-3000:]
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(
+        p.poll() is None for name in ("w1", "w2") for p in parts[name].procs
+    ):
+        time.sleep(0.2)  # the workers quit with their master
+    for name in ("w1", "w2"):
+        text = (tmp_path / f"{name}.log").read_text(errors="replace")
+        assert "Unknown message type" not in text, text[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
+    workers = {
+        name: [json.loads(line) for line in path.read_text().splitlines()]
+        for name, path in own.items()
+    }
+    return summary, records, workers, _served(target)
+
+
+def _check_counts(
+    summary: dict, records: list[dict], workers: dict[str, list[dict]], served: int
+) -> None:
+    # every request the server served is one record at the master, and one in the file of
+    # the worker that sent it; both workers sent
+    assert all(workers.values()), {k: len(v) for k, v in workers.items()}
+    mine = Counter(r["step"] for w in workers.values() for r in w)
+    assert Counter(r["step"] for r in records) == mine
+    assert len(records) == served
+    ids = {r["worker"] for r in records}
+    assert len(ids) == 2, ids
+    for level in summary["levels"]:
+        step = [r for r in records if r["step"] == level["name"]]
+        assert level["completed"] + level["failed"] == len(step), level
+        assert level["unfinished"] == 0 and level["lost"] == 0, level
+
+
+def test_closed_loop_levels_count_exactly_across_hosts(hosts, tmp_path: Path) -> None:
+    net, parts = hosts
+    summary, records, workers, served = _run(
+        tmp_path, net, parts, ["--concurrency", "4,8", "--requests", "40", "--warmup", "1s"]
+    )
+    assert [lv["completed"] for lv in summary["levels"]] == [40, 40]
+    _check_counts(summary, records, workers, served)
+
+
+def test_open_loop_levels_count_exactly_across_hosts(hosts, tmp_path: Path) -> None:
+    net, parts = hosts
+    summary, records, workers, served = _run(
+        tmp_path, net, parts, ["--request-rate", "20", "--requests", "60", "--warmup", "0"]
+    )
+    assert [lv["completed"] for lv in summary["levels"]] == [60]
+    _check_counts(summary, records, workers, served)
+
+
+def test_a_trace_is_shared_by_hosts_exactly(hosts, tmp_path: Path) -> None:
+    net, parts = hosts
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text(
+        "".join(
+            json.dumps({"timestamp": 40 * i, "prompt": f"entry {i}", "max_tokens": 3}) + "\n"
+            for i in range(50)
+        )
+    )
+    # the trace is a load option: every worker is started with it, as the master is
+    summary, records, workers, served = _run(
+        tmp_path, net, parts, ["--trace", str(trace)], ("--trace", str(trace))
+    )
+    (level,) = summary["levels"]
+    assert level["completed"] == 50
+    _check_counts(summary, records, workers, served)
+    assert sorted(len(w) for w in workers.values()) == [25, 25]  # every entry sent once
