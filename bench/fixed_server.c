@@ -6,7 +6,12 @@
  * epoll + one absolute timerfd + a binary heap of due times.
  *
  *   cc -O2 -o /tmp/fixed_server bench/fixed_server.c
- *   /tmp/fixed_server PORT TTFT_S ITL_S TOKENS TOKENS_PER_CHUNK
+ *   /tmp/fixed_server PORT TTFT_S ITL_S TOKENS TOKENS_PER_CHUNK [METRICS]
+ *
+ * METRICS 1: the final usage chunk carries vLLM 0.32's per-request timing
+ * (--enable-per-request-metrics: metrics.time_to_first_token_ms, generation_time_ms,
+ * queue_time_ms, mean_itl_ms, tokens_per_second) from this server's own clock: the
+ * request parsed, the first and the last token chunk written (queue 0).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -25,11 +30,13 @@
 #include <unistd.h>
 
 #define MAXC 65536
-typedef struct { int fd; int idx; long long gen; long long due; char in[8192]; int inlen; int streaming; } Conn;
+typedef struct { int fd; int idx; long long gen; long long due; char in[8192]; int inlen; int streaming; long long t_req, t_first; } Conn;
 static Conn *conns[MAXC];
 static char **chunks; static int *chunk_len; static int nchunks;
 static long long heap_due[MAXC], heap_gen[MAXC]; static int heap_fd[MAXC]; static int heap_n; static long long next_gen;
 static long long ttft_ns, itl_ns;
+static int with_metrics, total_tokens;
+static const char *BASE = "\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"fixed-timing\"";
 
 static long long now_ns(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec * 1000000000LL + t.tv_nsec; }
 
@@ -54,7 +61,7 @@ static char *add_chunk(char *p, const char *json) {
 static void build(int tokens, int per) {
   nchunks = (tokens + per - 1) / per;
   chunks = calloc(nchunks, sizeof(char *)); chunk_len = calloc(nchunks, sizeof(int));
-  const char *base = "\"id\":\"chatcmpl-bench\",\"object\":\"chat.completion.chunk\",\"created\":0,\"model\":\"fixed-timing\"";
+  const char *base = BASE;
   int sent = 0;
   for (int i = 0; i < nchunks; i++) {
     char *buf = malloc(16384), *p = buf, json[4096], text[2048] = "";
@@ -64,13 +71,27 @@ static void build(int tokens, int per) {
     snprintf(json, sizeof json, "{%s,\"choices\":[{\"index\":0,\"delta\":{\"content\":\"%s\"},\"finish_reason\":%s}],\"usage\":{\"prompt_tokens\":16,\"completion_tokens\":%d,\"total_tokens\":%d}}",
              base, text, i == nchunks - 1 ? "\"length\"" : "null", sent, 16 + sent);
     p = add_chunk(p, json);
-    if (i == nchunks - 1) {
+    if (i == nchunks - 1 && !with_metrics) {
       snprintf(json, sizeof json, "{%s,\"choices\":[],\"usage\":{\"prompt_tokens\":16,\"completion_tokens\":%d,\"total_tokens\":%d}}", base, sent, 16 + sent);
       p = add_chunk(p, json);
       p += sprintf(p, "e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n");
     }
     chunks[i] = buf; chunk_len[i] = (int)(p - buf);
   }
+}
+
+/* The end of a stream with its timing: the usage chunk with metrics, [DONE], the last frame. */
+static int write_tail(int fd, const Conn *c, long long t_last) {
+  char json[1024], out[8192], *p = out;
+  double ttft_ms = (c->t_first - c->t_req) / 1e6, gen_ms = (t_last - c->t_first) / 1e6;
+  double itl_ms = total_tokens > 1 ? gen_ms / (total_tokens - 1) : 0.0;
+  double tps = t_last > c->t_req ? total_tokens / ((t_last - c->t_req) / 1e9) : 0.0;
+  snprintf(json, sizeof json, "{%s,\"choices\":[],\"usage\":{\"prompt_tokens\":16,\"completion_tokens\":%d,\"total_tokens\":%d},"
+           "\"metrics\":{\"time_to_first_token_ms\":%.6f,\"generation_time_ms\":%.6f,\"queue_time_ms\":0.0,\"mean_itl_ms\":%.6f,\"tokens_per_second\":%.6f}}",
+           BASE, total_tokens, 16 + total_tokens, ttft_ms, gen_ms, itl_ms, tps);
+  p = add_chunk(p, json);
+  p += sprintf(p, "e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n");
+  return write(fd, out, p - out) == p - out;
 }
 
 static const char HEAD[] = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n";
@@ -100,7 +121,7 @@ static void on_read(int ep, int fd) {
         if (write(fd, out, m) < 0) { close_conn(ep, fd); return; }
       } else {
         if (write(fd, HEAD, sizeof HEAD - 1) < 0) { close_conn(ep, fd); return; }
-        c->streaming = 1; c->idx = 0; c->gen = ++next_gen; c->due = now_ns() + ttft_ns; heap_push(c->due, fd, c->gen);
+        c->streaming = 1; c->idx = 0; c->gen = ++next_gen; c->t_req = now_ns(); c->due = c->t_req + ttft_ns; heap_push(c->due, fd, c->gen);
       }
     }
     if (c->inlen >= (int)sizeof c->in - 1) { close_conn(ep, fd); return; }
@@ -108,9 +129,10 @@ static void on_read(int ep, int fd) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 6) { fprintf(stderr, "usage: %s PORT TTFT_S ITL_S TOKENS TOKENS_PER_CHUNK\n", argv[0]); return 2; }
+  if (argc < 6) { fprintf(stderr, "usage: %s PORT TTFT_S ITL_S TOKENS TOKENS_PER_CHUNK [METRICS]\n", argv[0]); return 2; }
   int port = atoi(argv[1]); ttft_ns = (long long)(atof(argv[2]) * 1e9); itl_ns = (long long)(atof(argv[3]) * 1e9);
-  build(atoi(argv[4]), atoi(argv[5]));
+  with_metrics = argc > 6 && atoi(argv[6]) == 1; total_tokens = atoi(argv[4]);
+  build(total_tokens, atoi(argv[5]));
   signal(SIGPIPE, SIG_IGN);
   int ls = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), one = 1;
   setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -144,8 +166,14 @@ int main(int argc, char **argv) {
     while (heap_n && heap_due[0] <= now) {
       int fd = heap_fd[0]; long long due = heap_due[0], gen = heap_gen[0]; heap_pop();
       Conn *c = conns[fd]; if (!c || !c->streaming || c->gen != gen) continue;
+      long long wrote = with_metrics ? now_ns() : 0;
       if (write(fd, chunks[c->idx], chunk_len[c->idx]) != chunk_len[c->idx]) { close_conn(ep, fd); continue; }
-      if (++c->idx < nchunks) heap_push(due + itl_ns, fd, gen); else c->streaming = 0;
+      if (c->idx == 0) c->t_first = wrote;
+      if (++c->idx < nchunks) heap_push(due + itl_ns, fd, gen);
+      else {
+        c->streaming = 0;
+        if (with_metrics && !write_tail(fd, c, wrote)) close_conn(ep, fd);
+      }
     }
   }
 }

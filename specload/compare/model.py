@@ -40,6 +40,8 @@ from typing import Any
 
 from specload.compare.crossover import OPEN_LOOP, Crossover, LevelSamples, find_crossover
 from specload.compare.efficiency import Efficiency, level_efficiency
+from specload.compare.overhead import MEASURES as OVERHEAD_MEASURES
+from specload.compare.overhead import overhead_warning
 from specload.compare.profiles import Profile, profile_beside
 from specload.compare.search import SearchComparison, compare_searches
 from specload.compare.stats import (
@@ -606,6 +608,7 @@ def compare_runs(
                 f"reasoning at max_tokens ({cat0}: {shares_text}); raise --max-tokens"
             )
         warnings += _consistency(runs, infos, lc)
+        warnings += _overheads(runs, infos, lc, min_difference)
         tpot = lc.cells[(ALL, "tpot")]
         lc.efficiency = [None]
         lc.efficiency += [
@@ -794,6 +797,29 @@ def _cell(
         diffs.append(diff)
         verdicts.append(_verdict(diff, measure.lower_is_better, min_difference))
     return Cell(points, diffs, verdicts, counts)
+
+
+def _overheads(
+    runs: Sequence[Run], infos: Sequence[Level], lc: LevelComparison, min_difference: float
+) -> list[str]:
+    """Where two runs' client overheads (client minus server) differ enough to matter
+    (:mod:`specload.compare.overhead`)."""
+    out: list[str] = []
+    labels = [run.label for run in runs]
+    for measure, overhead, title, overhead_title in OVERHEAD_MEASURES:
+        cell = lc.cells.get((ALL, measure))
+        if cell is None:
+            continue
+        out += overhead_warning(
+            lc.label,
+            measure_title=title,
+            overhead_title=overhead_title,
+            labels=labels,
+            medians=cell.values,
+            overheads=[info.figures.minus_server("median", overhead) for info in infos],
+            min_difference=min_difference,
+        )
+    return out
 
 
 # How far the throughput recomputed from the records may be from summary.json's: the

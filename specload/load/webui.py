@@ -24,6 +24,13 @@ its place — and the share of coalesced chunk gaps are there, not in the tab: i
 15 columns fit Locust's page without scrolling sideways from a 1280 px wide window
 up; a 16th made the table scroll at 1280 px).
 
+A second tab, *specload client* (:data:`CLIENT_HEADERS`, :func:`client_rows`), says per
+step whether the client could be the bottleneck: its event loop's lag (p50, p99 against the
+``client_saturated`` limit, max) and the busy share of its busiest load process
+(:mod:`specload.load.lag`), and, where the server sends its own timing (vLLM
+``--enable-per-request-metrics``), the client-minus-server TTFT and ITL (median, p10..p90)
+of the requests that carried it.
+
 The aggregate over many records costs time on the process that also drives the
 users, so rows are computed at most once per :data:`MIN_REFRESH_S`, and never more
 often than 20 times their own cost (at most 5% of the loop), however many browsers
@@ -38,7 +45,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from specload.load.lag import ClientLoadBook, get_book
 from specload.load.report import csv_text, step_numbers
+from specload.records.clientload import LAG_P99_LIMIT_S
 from specload.records.stats import Aggregator
 
 TAB_KEY = "specload"
@@ -103,14 +112,80 @@ def web_rows(aggregator: Aggregator) -> list[dict[str, str]]:
     return rows
 
 
+#: The second tab: is the client the bottleneck? Per step, the client's own lag and busy
+#: share (specload.load.lag, its processes merged) and, where the server sends its own
+#: timing (vLLM --enable-per-request-metrics), the client-minus-server TTFT and ITL.
+CLIENT_TAB_KEY = "specload_client"
+CLIENT_TAB_TITLE = "specload client"
+CLIENT_HEADERS: tuple[tuple[str, str], ...] = (
+    ("step", "Step"),
+    ("processes", "Load processes"),
+    ("lag_p50_ms", "Loop lag p50 (ms)"),
+    ("lag_p99_ms", f"Loop lag p99 (ms; limit {LAG_P99_LIMIT_S * 1000:g})"),
+    ("lag_max_ms", "Loop lag max (ms)"),
+    ("busy_ratio", "Busy share of a core"),
+    ("saturated", "Client saturated"),
+    ("server_timed", "Requests with server timing"),
+    ("ttft_minus_server_p50_ms", "TTFT minus server p50 (ms)"),
+    ("ttft_minus_server_spread_ms", "TTFT minus server p10..p90 (ms)"),
+    ("itl_minus_server_p50_us", "ITL minus server p50 (\u00b5s)"),
+    ("itl_minus_server_spread_us", "ITL minus server p10..p90 (\u00b5s)"),
+)
+
+
+def _num(value: float | None, digits: int, scale: float = 1.0) -> str:
+    return NO_VALUE if value is None else f"{value * scale:,.{digits}f}"
+
+
+def client_rows(aggregator: Aggregator, book: ClientLoadBook | None) -> list[dict[str, str]]:
+    """The client tab's rows, one per step (every value text, keys of
+    :data:`CLIENT_HEADERS`)."""
+    steps = set(aggregator.steps)
+    if book is not None:
+        steps.update(book.step_names())
+    rows = []
+    for step in sorted(steps):
+        load = book.figures(step) if book is not None else None
+        gaps = aggregator.total(step=step).minus_server_result()
+
+        def spread(name: str, digits: int, scale: float, gaps: dict[str, Any] = gaps) -> str:
+            lo, hi = gaps[f"p10_{name}_ms"], gaps[f"p90_{name}_ms"]
+            if lo is None or hi is None:
+                return NO_VALUE
+            return f"{_num(lo, digits, scale)} .. {_num(hi, digits, scale)}"
+
+        rows.append(
+            {
+                "step": step,
+                "processes": NO_VALUE if load is None else str(load.processes),
+                "lag_p50_ms": _num(None if load is None else load.lag_p50_s, 2, 1000.0),
+                "lag_p99_ms": _num(None if load is None else load.lag_p99_s, 2, 1000.0),
+                "lag_max_ms": _num(None if load is None else load.lag_max_s, 1, 1000.0),
+                "busy_ratio": _num(None if load is None else load.busy_ratio, 2),
+                "saturated": NO_VALUE if load is None else ("yes" if load.saturated else "no"),
+                "server_timed": f"{int(gaps['server_timing_requests']):,}",
+                "ttft_minus_server_p50_ms": _num(gaps["median_ttft_minus_server_ms"], 2),
+                "ttft_minus_server_spread_ms": spread("ttft_minus_server", 2, 1.0),
+                "itl_minus_server_p50_us": _num(gaps["median_itl_minus_server_ms"], 1, 1000.0),
+                "itl_minus_server_spread_us": spread("itl_minus_server", 1, 1000.0),
+            }
+        )
+    return rows
+
+
 class RowCache:
-    """:func:`web_rows`, recomputed when older than ``max(MIN_REFRESH_S, 20 x its cost)``."""
+    """:func:`web_rows` (or ``compute``), recomputed when older than
+    ``max(MIN_REFRESH_S, 20 x its cost)``."""
 
     def __init__(
-        self, aggregator: Aggregator, clock: Callable[[], float] = time.perf_counter
+        self,
+        aggregator: Aggregator,
+        clock: Callable[[], float] = time.perf_counter,
+        compute: Callable[[], list[dict[str, str]]] | None = None,
     ) -> None:
         self.aggregator = aggregator
         self.clock = clock
+        self.compute = compute or (lambda: web_rows(self.aggregator))
         self._rows: list[dict[str, str]] = []
         self._at: float | None = None
         self._cost_s = 0.0
@@ -118,7 +193,7 @@ class RowCache:
     def rows(self) -> list[dict[str, str]]:
         now = self.clock()
         if self._at is None or now - self._at >= max(MIN_REFRESH_S, COST_FACTOR * self._cost_s):
-            self._rows = web_rows(self.aggregator)
+            self._rows = self.compute()
             self._at = self.clock()
             self._cost_s = self._at - now
         return self._rows
@@ -144,10 +219,28 @@ def tab_template_args(template_args: dict[str, Any]) -> None:
     ]
 
 
-def with_tab_rows(report: dict[str, Any], rows: list[dict[str, str]]) -> dict[str, Any]:
-    """Locust's ``/stats/requests`` report with the tab's rows in ``extended_stats``."""
-    others = [e for e in report.get("extended_stats") or [] if e.get("key") != TAB_KEY]
-    report["extended_stats"] = [*others, {"key": TAB_KEY, "data": rows}]
+def client_tab_template_args(template_args: dict[str, Any]) -> None:
+    """Declare the client tab (:data:`CLIENT_HEADERS`) after the others."""
+    for name, entry in (
+        ("extended_tabs", {"key": CLIENT_TAB_KEY, "title": CLIENT_TAB_TITLE}),
+        (
+            "extended_tables",
+            {
+                "key": CLIENT_TAB_KEY,
+                "structure": [{"key": k, "title": t} for k, t in CLIENT_HEADERS],
+            },
+        ),
+    ):
+        others = [e for e in template_args.get(name) or [] if e.get("key") != CLIENT_TAB_KEY]
+        template_args[name] = [*others, entry]
+
+
+def with_tab_rows(
+    report: dict[str, Any], rows: list[dict[str, str]], key: str = TAB_KEY
+) -> dict[str, Any]:
+    """Locust's ``/stats/requests`` report with a tab's rows in ``extended_stats``."""
+    others = [e for e in report.get("extended_stats") or [] if e.get("key") != key]
+    report["extended_stats"] = [*others, {"key": key, "data": rows}]
     return report
 
 
@@ -181,8 +274,11 @@ def install(web_ui: Any, aggregator: Aggregator) -> None:
     from flask import Response, request  # noqa: PLC0415 (Locust's dependency)
 
     cache = RowCache(aggregator)
+    book = get_book(web_ui.environment)
+    client_cache = RowCache(aggregator, compute=lambda: client_rows(aggregator, book))
     app = web_ui.app
     tab_template_args(web_ui.template_args)
+    client_tab_template_args(web_ui.template_args)
 
     def page() -> Response:
         return Response(page_html(cache.rows()), mimetype="text/html")
@@ -201,7 +297,9 @@ def install(web_ui: Any, aggregator: Aggregator) -> None:
             return response
         report = response.get_json(silent=True)
         if isinstance(report, dict):
-            response.set_data(app.json.dumps(with_tab_rows(report, cache.rows())))
+            with_tab_rows(report, cache.rows())
+            with_tab_rows(report, client_cache.rows(), CLIENT_TAB_KEY)
+            response.set_data(app.json.dumps(report))
         return response
 
     # Beside Locust's own pages (``--web-base-path``), as the relative links expect.

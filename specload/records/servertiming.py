@@ -65,12 +65,12 @@ def server_timing(metrics: Any) -> dict[str, float | None] | None:
     seen = False
     for name, key in SERVER_TIMING_FIELDS:
         value = metrics.get(key)
-        seconds = None
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            if math.isfinite(value) and value >= 0:
-                seconds = float(value) / 1000.0
-                seen = True
-        out[name] = seconds
+        out[name] = None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if math.isfinite(value) and value >= 0:
+            out[name] = float(value) / 1000.0
+            seen = True
     return out if seen else None
 
 
