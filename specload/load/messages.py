@@ -7,9 +7,10 @@ goes over Locust's ``send_message``; the receiver reads ``msg.data`` back with
 
 - ``specload:records`` (:class:`RecordsMessage`) worker -> master, every 0.25 s
   and at each stats report: ``{"records": [RequestRecord.to_dict(include_histograms=True)…],
-  "started": n, "seq": s, "budget_left": b}`` — every completed request travels,
-  so the master's aggregates equal a single process's exactly; ``budget_left`` is
-  what the worker may still start in step ``s`` (None: no limit);
+  "started": n, "seq": s, "budget_left": b, "step_started": k}`` — every completed
+  request travels, so the master's aggregates equal a single process's exactly;
+  ``budget_left`` is what the worker may still start in step ``s`` (None: no limit),
+  ``step_started`` what it started in step ``s``;
 - ``specload:step`` (:class:`StepMessage`) master -> workers:
   ``{"name": step, "seq": n, "budget": k}``; also sent to each worker when it
   connects. ``budget``: None (no limit), or how many requests the worker may start
@@ -44,6 +45,7 @@ class RecordsMessage:
     started: int | None  # requests started on the worker (None: not reported)
     seq: int | None  # the step ``budget_left`` is of (None: neither reported)
     budget_left: int | None  # None: no limit (or not reported)
+    step_started: int | None = None  # requests started in step ``seq`` (None: not reported)
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -51,6 +53,7 @@ class RecordsMessage:
             "started": self.started,
             "seq": self.seq,
             "budget_left": self.budget_left,
+            "step_started": self.step_started,
         }
 
     @classmethod
@@ -59,11 +62,13 @@ class RecordsMessage:
         started = d.get("started")
         seq = d.get("seq")
         left = d.get("budget_left") if seq is not None else None
+        step_started = d.get("step_started") if seq is not None else None
         return cls(
             records=d.get("records", ()),
             started=None if started is None else int(started),
             seq=None if seq is None else int(seq),
             budget_left=None if left is None else int(left),
+            step_started=None if step_started is None else int(step_started),
         )
 
 

@@ -80,6 +80,13 @@ class _WorkerCount:
     wanting: int = 0  # users waiting for budget, not yet granted
     redistributed: bool = False
     step_received: int = 0  # records of the current step received from it
+    step_started: int | None = None  # requests it started in the current step, as reported
+    # Declared lost (it went missing): what it had started and not reported then is booked
+    # lost, once; anything it sends afterwards is set aside (``late``), never counted.
+    lost: bool = False
+    booked: int = 0
+    late: int = 0
+    late_refused: bool = False
 
 
 class LoadSession:
@@ -109,8 +116,11 @@ class LoadSession:
         self._subscribers: list[RecordCallback] = []
         self._pending: list[dict[str, Any]] = []
         self.started = 0
+        self.step_started = 0  # worker: requests started in the current step
         self.published = 0
         self._workers: dict[str, _WorkerCount] = {}
+        self.late_records: list[dict[str, Any]] = []  # master: sent by workers declared lost
+        self._late_subscribers: list[Callable[[dict[str, Any]], None]] = []
         self._prompts: list[Prompt] | None = None
         self._sampler: PromptSampler | None = None
         self._tokenizer: TokenCounter | None = None
@@ -156,8 +166,9 @@ class LoadSession:
                 count.budget = None if budget is None else 0
                 count.budget_left = None
                 count.wanting = 0
-                count.redistributed = False
+                count.redistributed = count.lost
                 count.step_received = 0
+                count.step_started = None
             step = StepMessage(name, self.step_seq, None if budget is None else 0)
             runner.send_message(MSG_STEP, step.payload())
         self._wake()
@@ -175,21 +186,34 @@ class LoadSession:
         total = 0
         for node_id, count in self._workers.items():
             client = runner.clients.get(node_id) if runner is not None else None
-            if client is not None and client.state != "missing":
+            if client is not None and client.state != "missing" and not count.lost:
                 total += max(0, count.started - count.received)
         return total
 
     def lost_requests(self) -> int:
-        """Requests started on workers now missing or gone that never reported back."""
+        """Requests started on workers declared lost (they went missing) that had not
+        reported back then: booked once, whatever the worker sends afterwards."""
+        if self.role != "master":
+            return 0
+        return sum(count.booked for count in self._workers.values() if count.lost)
+
+    def workers_left(self) -> int | None:
+        """Master: workers connected and not declared lost (None: not a master)."""
         runner = self.environment.runner
         if self.role != "master" or runner is None:
-            return 0
-        lost = 0
-        for node_id, count in self._workers.items():
-            client = runner.clients.get(node_id)
-            if client is None or client.state == "missing":
-                lost += max(0, count.started - count.received)
-        return lost
+            return None
+        return sum(
+            1
+            for node_id, count in self._workers.items()
+            if not count.lost
+            and (client := runner.clients.get(node_id)) is not None
+            and client.state != "missing"
+        )
+
+    def subscribe_late(self, callback: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``callback(record dict)`` for each record a worker sent after it was
+        declared lost (counted in ``late_records``, never in the results)."""
+        self._late_subscribers.append(callback)
 
     # -- wiring (events.init) ---------------------------------------------
     def attach(self, runner: Any) -> None:
@@ -401,11 +425,13 @@ class LoadSession:
         if self.budget is not None:
             self.budget -= 1
         self.started += 1
+        self.step_started += 1
         return self.step
 
     def request_abandoned(self) -> None:
         """A request killed mid-way (Locust stopped its user): it will never be published."""
         self.started -= 1
+        self.step_started = max(0, self.step_started - 1)
 
     def complete(self, record: RequestRecord) -> None:
         """A user finished a request: Locust stats here, publish locally or queue for master."""
@@ -442,7 +468,9 @@ class LoadSession:
         self._said_hello = True  # the first message tells the master to send the step
         batch, self._pending = self._pending, []
         try:
-            report = RecordsMessage(batch, self.started, self.step_seq, self.budget)
+            report = RecordsMessage(
+                batch, self.started, self.step_seq, self.budget, self.step_started
+            )
             runner.send_message(MSG_RECORDS, report.payload())
         except Exception as exc:  # the master is gone: keep the records for the next try
             self._pending[:0] = batch
@@ -459,6 +487,8 @@ class LoadSession:
     def _on_step(self, environment: Any, msg: Any, **kw: Any) -> None:
         step = StepMessage.parse(msg.data)
         if step.seq >= self.step_seq:
+            if step.seq > self.step_seq:
+                self.step_started = 0
             self.step_seq = step.seq
             self.step = step.name
             self.budget = step.budget
@@ -489,6 +519,8 @@ class LoadSession:
         if want.seq != self.step_seq or self.budget is None:
             return
         count = self._workers.setdefault(msg.node_id, _WorkerCount())
+        if count.lost:
+            return  # refused: it is told to quit (_refuse)
         count.wanting = max(1, want.waiting)
         self._grant(msg.node_id, count)
 
@@ -507,11 +539,16 @@ class LoadSession:
     def _on_records(self, environment: Any, msg: Any, **kw: Any) -> None:
         report = RecordsMessage.parse(msg.data)
         count = self._workers.setdefault(msg.node_id, _WorkerCount())
+        if count.lost:
+            self._refuse(msg.node_id, count, report.records)
+            return
         if report.started is not None:
             count.started = report.started
         if report.seq is not None:
             count.budget_seq = report.seq
             count.budget_left = report.budget_left
+            if report.seq == self.step_seq and report.step_started is not None:
+                count.step_started = report.step_started
         if not count.greeted:
             # A worker's first message: now it can take the step (see _on_worker_connect).
             count.greeted = True
@@ -571,11 +608,14 @@ class LoadSession:
         if runner is None or self.budget is None or count.redistributed:
             return
         count.redistributed = True
-        # Everything granted to it in this step that did not come back as a record: its
-        # unspent budget, its requests in flight, its records not yet sent — and grants
-        # it got after its last report, which its own counts cannot know.
-        extra = max(0, (count.budget or 0) - count.step_received)
-        count.budget = count.step_received
+        # What was granted to it in this step and not started by its last report (grants
+        # after that report included: its counts cannot know them). Its requests started
+        # and not reported are booked lost (_declare_lost), not replaced: the level's
+        # completed + failed + unfinished + lost stays its budget, exactly.
+        started = count.step_started if count.step_started is not None else count.step_received
+        started = max(started, count.step_received)
+        extra = max(0, (count.budget or 0) - started)
+        count.budget = started
         if not extra:
             return
         self._pool += extra
@@ -593,22 +633,64 @@ class LoadSession:
     def _watch_workers(self) -> None:
         while True:
             gevent.sleep(1.0)
-            runner = self.environment.runner
-            if runner is None:
+            self.check_workers()
+
+    def check_workers(self) -> None:
+        """Master: declare the workers Locust marked missing (or removed) lost, once."""
+        runner = self.environment.runner
+        if runner is None:
+            return
+        for node_id, count in list(self._workers.items()):
+            client = runner.clients.get(node_id)
+            gone = client is None or client.state == "missing"
+            if gone and not count.lost:
+                self._declare_lost(node_id, count)
+            if gone and not count.redistributed:
+                self._redistribute(node_id, count)
+
+    def _declare_lost(self, node_id: str, count: _WorkerCount) -> None:
+        """A worker went missing: what it started and did not report is booked lost now,
+        once; if it comes back it is refused (:meth:`_refuse`)."""
+        count.lost = True
+        count.booked = max(0, count.started - count.received)
+        if not count.missing_logged:
+            count.missing_logged = True
+            log.warning(
+                "specload: worker %s went missing: %d requests started there were never "
+                "reported (counted lost: specload_client_requests_lost_total); it is not "
+                "taken back in this run",
+                node_id,
+                count.booked,
+            )
+
+    def _refuse(self, node_id: str, count: _WorkerCount, records: Any) -> None:
+        """A worker declared lost sent again (its link came back): its records are set
+        aside (``late_records``; their requests are already counted lost or were never
+        counted) and it is told to quit, once. Restarted, it joins as a new worker."""
+        for d in records:
+            if not isinstance(d, dict):
                 continue
-            for node_id, count in self._workers.items():
-                client = runner.clients.get(node_id)
-                gone = client is None or client.state == "missing"
-                if gone and not count.redistributed:
-                    self._redistribute(node_id, count)
-                if gone and not count.missing_logged:
-                    count.missing_logged = True
-                    log.warning(
-                        "specload: worker %s went missing: %d requests started there were "
-                        "never reported (counted in specload_client_requests_lost_total)",
-                        node_id,
-                        max(0, count.started - count.received),
-                    )
+            count.late += 1
+            self.late_records.append(d)
+            for callback in self._late_subscribers:
+                try:
+                    callback(d)
+                except Exception:
+                    log.exception("specload: a late-record subscriber failed")
+        if count.late_refused:
+            return
+        count.late_refused = True
+        log.warning(
+            "specload: worker %s came back after it was declared lost: told to quit; its "
+            "records since are set aside, not counted (restart it to join again)",
+            node_id,
+        )
+        runner = self.environment.runner
+        if runner is not None:
+            try:
+                runner.send_message("quit", None, client_id=node_id)
+            except Exception as exc:
+                log.debug("specload: could not tell worker %s to quit: %s", node_id, exc)
 
     def _on_quitting(self, environment: Any, **kw: Any) -> None:
         prefix = getattr(self.options, "csv_prefix", None) if self.options else None

@@ -186,8 +186,8 @@ def assess_level(
     if lost:
         flags.append("lost")
         warnings.append(
-            f"{lost} requests were lost with a worker that went missing "
-            "(their share was sent again by the other workers)"
+            f"{lost} requests were lost with a worker that went missing (they count in the "
+            "level's requests; the other workers sent what it had not started)"
         )
     if (
         concurrency is not None

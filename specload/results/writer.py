@@ -32,6 +32,10 @@ from specload.errors import UsageError
 from specload.records.tokens import TOKENS_FILE, token_line
 
 REQUESTS_FILE = "requests.jsonl"
+#: Records a worker sent after the master declared it lost (its link failed and came back):
+#: their requests were counted lost or never counted, so they are kept here, outside the
+#: results (every reader of ``requests.jsonl`` would count them twice).
+LATE_FILE = "late.jsonl"
 SUMMARY_FILE = "summary.json"
 SUMMARY_MD_FILE = "summary.md"
 
@@ -136,6 +140,7 @@ class ResultsWriter:
         self._tokens_fd: int | None = None  # opened by the first append_tokens
         self._tokens_size = 0
         self.tokens_written = 0
+        self.late_written = 0
 
     def append(self, record: Mapping[str, Any]) -> None:
         """Write one request record as one line, straight to the OS; after a failed write,
@@ -188,6 +193,24 @@ class ResultsWriter:
             return
         self._tokens_size += written
         self.tokens_written += 1
+
+    def append_late(self, record: Mapping[str, Any]) -> None:
+        """Keep one record of a worker declared lost in :data:`LATE_FILE` (one line, at
+        once: O_APPEND); a failed write is logged by the caller's count, not fatal."""
+        line = orjson.dumps(dict(record), option=orjson.OPT_SERIALIZE_NUMPY) + b"\n"
+        try:
+            fd = os.open(
+                self.dir / LATE_FILE,
+                os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
+                FILE_MODE,
+            )
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        except OSError:
+            return
+        self.late_written += 1
 
     def mark(self, summary: Mapping[str, Any]) -> dict[str, Any]:
         """``summary`` as it must be written: ``failed``, with the reason, once records

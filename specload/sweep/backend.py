@@ -27,8 +27,8 @@ from locust.runners import STATE_MISSING, MasterRunner, Runner
 
 from specload import load as load_api
 from specload.errors import UsageError
-from specload.prompts.trace import trace_digest
 from specload.load.lag import get_book
+from specload.prompts.trace import trace_digest
 from specload.records.clientload import ClientLoadFigures
 from specload.records.request import RequestRecord
 from specload.sweep import locustfile
@@ -134,6 +134,17 @@ class LocustBackend:
     def subscribe(self, callback: load_api.RecordCallback) -> None:
         load_api.subscribe(self.env, callback)
 
+    def subscribe_late(self, callback: Callable[[dict[str, Any]], None]) -> None:
+        """Records of workers declared lost that came back (never counted)."""
+        load_api.get_session(self.env).subscribe_late(callback)
+
+    def workers_left(self) -> int | None:
+        """Workers still taking part (None: no workers, a single process)."""
+        if not self.distributed:
+            return None
+        left: int | None = load_api.get_session(self.env).workers_left()
+        return left
+
     def show_precision(self, variant: str, step: str, metric: str, half_width: float) -> None:
         """A level's half-width on the client metrics (``--precision``)."""
         load_api.get_session(self.env).metrics.set_precision(variant, step, metric, half_width)
@@ -228,10 +239,8 @@ class LocustBackend:
         """Requests started and not yet published here (workers: as last reported)."""
         session = load_api.get_session(self.env)
         if isinstance(self.runner, MasterRunner):
-            workers = getattr(session, "_workers", {})
-            started = sum(int(getattr(c, "started", 0)) for c in workers.values())
-            received = sum(int(getattr(c, "received", 0)) for c in workers.values())
-            return max(0, started - received)
+            # workers declared lost are not waited for: their requests are booked lost
+            return int(session.in_flight())
         return max(0, int(session.started) - int(session.published))
 
     def start(self, level: Level) -> None:

@@ -64,6 +64,7 @@ class LoadBackend(Protocol):
     def in_flight(self) -> int: ...
     def user_count(self) -> int: ...
     def lost(self) -> int: ...
+    def workers_left(self) -> int | None: ...
 
 
 class ServerSide(Protocol):
@@ -265,7 +266,7 @@ class SweepDriver:
             self._drain()
             self.status = "complete"
         except Stopped as stop:
-            self.status = "failed" if str(stop).startswith("outage") else "interrupted"
+            self.status = "failed" if str(stop).startswith(("outage", "workers")) else "interrupted"
             self.stop_reason = str(stop)
             if self.current is not None and self.current.phase not in ("done", "pending"):
                 self._close_current_partial()
@@ -416,6 +417,15 @@ class SweepDriver:
     def _run_window(self, state: LevelState, window: Window, step: str) -> None:
         while not window.done(self.clock()):
             self._check_stop()
+            if self.backend.workers_left() == 0:
+                # nobody runs the load any more: a window by requests would never end
+                raise Stopped(
+                    "workers: every worker was lost (its link or its process failed), "
+                    "none runs the load"
+                )
+            if window is state.window:
+                # a request lost with a worker is never recorded: it counts as it is booked
+                window.lost = max(0, self.backend.lost() - state.lost_at_start)
             if self._suspect_outage:
                 self._suspect_outage = False
                 if self.outage.is_refusing():

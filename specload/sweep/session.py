@@ -274,6 +274,8 @@ def run_sweep(settings: SweepSettings) -> int:
             # compare's checks on the summary this run writes: a refusal measures nothing
             comparable(settings.stopping.against, driver.summary(), settings.plan)
         backend.subscribe(driver.on_record)
+        # records of a worker declared lost that came back: kept apart (late.jsonl)
+        backend.subscribe_late(writer.append_late)
         signals.forward(driver.request_stop)  # one that came meanwhile stops the run at once
         summary = writer.mark(driver.run())
         backend.close()  # the workers quit now, not after the plots

@@ -31,6 +31,7 @@ class Window:
     target_requests: int | None = None
     outages: list[Outage] = field(default_factory=list)
     completed: int = 0
+    lost: int = 0  # requests lost with a worker (never to be recorded): they count too
     end_s: float | None = None
 
     @property
@@ -65,7 +66,7 @@ class Window:
         if self.paused:
             return False
         if self.target_requests is not None:
-            return self.completed >= self.target_requests
+            return self.completed + self.lost >= self.target_requests
         assert self.target_s is not None
         return self.active_s(now_s) >= self.target_s
 

@@ -29,11 +29,12 @@ def test_names() -> None:
 
 def test_payloads_are_the_wire_format() -> None:
     records = [{"category": "math"}]
-    assert RecordsMessage(records, 5, 2, 3).payload() == {
+    assert RecordsMessage(records, 5, 2, 3, 4).payload() == {
         "records": records,
         "started": 5,
         "seq": 2,
         "budget_left": 3,
+        "step_started": 4,
     }
     assert StepMessage("c16", 4, 0).payload() == {"name": "c16", "seq": 4, "budget": 0}
     assert StepMessage("run", 1, None).payload() == {"name": "run", "seq": 1, "budget": None}
@@ -44,7 +45,7 @@ def test_payloads_are_the_wire_format() -> None:
 @pytest.mark.parametrize(
     "message",
     [
-        RecordsMessage([{"a": 1}], 5, 2, 3),
+        RecordsMessage([{"a": 1}], 5, 2, 3, 4),
         RecordsMessage([], 0, 1, None),
         StepMessage("c16", 4, 0),
         StepMessage("run", 0, None),
@@ -64,8 +65,9 @@ def test_missing_fields_take_their_defaults() -> None:
         assert WantMessage.parse(empty) == WantMessage(-1, 1)
         assert BudgetMessage.parse(empty) == BudgetMessage(-1, 0)
     assert StepMessage.parse({"name": "x"}) == StepMessage("x", 0, None)
-    # a budget left is the step's named with it: without a step, none
+    # a budget left is the step's named with it: without a step, none (started in it too)
     assert RecordsMessage.parse({"budget_left": 3}).budget_left is None
+    assert RecordsMessage.parse({"step_started": 3}).step_started is None
 
 
 def test_numbers_are_read_as_integers() -> None:

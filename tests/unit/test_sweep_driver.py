@@ -77,6 +77,9 @@ class FakeLoad:
     def lost(self):
         return self.lost_count
 
+    def workers_left(self):
+        return None
+
     def stop(self):
         self.calls.append(("stop", self.now))
         events, self.events = self.events, []

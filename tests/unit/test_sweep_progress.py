@@ -39,6 +39,9 @@ class Idle:
     def lost(self):
         return 0
 
+    def workers_left(self):
+        return None
+
 
 def rec(**kw):
     base = {"category": "math", "variant": "v", "model": "m", "start_s": 100.5, "end_s": 101.5}

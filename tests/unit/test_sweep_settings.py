@@ -33,7 +33,7 @@ PUBLIC_KEYS = [
     "ready_timeout", "record_token_ids", "records_file", "request_rate", "request_timeout",
     "requests", "search", "search_precision", "search_range", "search_variable",
     "server_log", "slo", "spec_estimate", "stream", "temperature", "tokenizer", "trace",
-    "trace_speedup", "usage_stats", "variant", "warmup", "workers",
+    "trace_speedup", "usage_stats", "variant", "warmup", "worker_records_file", "workers",
 ]  # fmt: skip
 
 
