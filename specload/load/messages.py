@@ -10,7 +10,9 @@ goes over Locust's ``send_message``; the receiver reads ``msg.data`` back with
   "started": n, "seq": s, "budget_left": b, "step_started": k}`` — every completed
   request travels, so the master's aggregates equal a single process's exactly;
   ``budget_left`` is what the worker may still start in step ``s`` (None: no limit),
-  ``step_started`` what it started in step ``s``;
+  ``step_started`` what it started in step ``s``; ``backoffs``: its users' waits after
+  failed requests since the last message, ``[variant, model, category, step, s]`` each
+  (the master's client metrics count them);
 - ``specload:step`` (:class:`StepMessage`) master -> workers:
   ``{"name": step, "seq": n, "budget": k}``; also sent to each worker when it
   connects. ``budget``: None (no limit), or how many requests the worker may start
@@ -46,6 +48,8 @@ class RecordsMessage:
     seq: int | None  # the step ``budget_left`` is of (None: neither reported)
     budget_left: int | None  # None: no limit (or not reported)
     step_started: int | None = None  # requests started in step ``seq`` (None: not reported)
+    # its users' waits after failed requests: [variant, model, category, step, seconds] each
+    backoffs: Sequence[Sequence[Any]] = ()
 
     def payload(self) -> dict[str, Any]:
         return {
@@ -54,6 +58,7 @@ class RecordsMessage:
             "seq": self.seq,
             "budget_left": self.budget_left,
             "step_started": self.step_started,
+            "backoffs": self.backoffs,
         }
 
     @classmethod
@@ -69,6 +74,11 @@ class RecordsMessage:
             seq=None if seq is None else int(seq),
             budget_left=None if left is None else int(left),
             step_started=None if step_started is None else int(step_started),
+            backoffs=tuple(
+                tuple(b)
+                for b in d.get("backoffs") or ()
+                if isinstance(b, list | tuple) and len(b) == 5
+            ),
         )
 
 

@@ -135,7 +135,14 @@ class ClientMetrics:
 
     def observe_backoff(self, r: RequestRecord, seconds: float) -> None:
         """A user waits ``seconds`` after the failed request ``r`` (its labels)."""
-        s = self._get(r)
+        self.observe_backoff_at((r.variant, r.model, r.category, r.step), seconds)
+
+    def observe_backoff_at(self, labels: tuple[str, str, str, str], seconds: float) -> None:
+        """The same, by the request's ``(variant, model, category, step)``: a worker's
+        backoffs reach the master this way (``RecordsMessage.backoffs``)."""
+        s = self._series.get(labels)
+        if s is None:
+            s = self._series[labels] = _Series()
         s.backoffs += 1
         s.backoff_s += seconds
 

@@ -4,9 +4,10 @@
 process's :class:`~specload.load.session.LoadSession` and registers the
 ``specload:*`` runner messages for the runner's role, and the client's own lag and CPU
 meter (:mod:`specload.load.lag`: measured where users run, a worker's sent in Locust's
-statistics report, shown in the client metrics and the web UI's client tab). At the end of a run started by
-``locust`` itself (its ``quit`` event, after its statistics; ``specload run`` has its
-own per level), the master or single process logs the truncation guard's warnings
+statistics report, shown in the client metrics and the web UI's client tab). At the end
+of a run started by ``locust`` itself (its ``quit`` event, after its statistics;
+``specload run`` has its own per level), the master or single process logs the truncation
+guard's warnings
 (:func:`specload.load.report.truncation_report`).
 
 A worker also watches its master (:class:`MasterWatchdog`): Locust's master

@@ -23,6 +23,7 @@ report back, return to the pool.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import time
@@ -120,6 +121,7 @@ class LoadSession:
         self.published = 0
         self._workers: dict[str, _WorkerCount] = {}
         self.late_records: list[dict[str, Any]] = []  # master: sent by workers declared lost
+        self._backoffs: list[list[Any]] = []  # worker: waits not yet sent to the master
         self._late_subscribers: list[Callable[[dict[str, Any]], None]] = []
         self._prompts: list[Prompt] | None = None
         self._sampler: PromptSampler | None = None
@@ -428,6 +430,16 @@ class LoadSession:
         self.step_started += 1
         return self.step
 
+    def backoff(self, record: RequestRecord, seconds: float) -> None:
+        """A user waits ``seconds`` after the failed request ``record``: counted in the
+        client metrics where they are served (a worker sends it to its master)."""
+        if self.role == "worker":
+            self._backoffs.append(
+                [record.variant, record.model, record.category, record.step, seconds]
+            )
+        else:
+            self.metrics.observe_backoff(record, seconds)
+
     def request_abandoned(self) -> None:
         """A request killed mid-way (Locust stopped its user): it will never be published."""
         self.started -= 1
@@ -467,20 +479,22 @@ class LoadSession:
             return
         self._said_hello = True  # the first message tells the master to send the step
         batch, self._pending = self._pending, []
+        waits, self._backoffs = self._backoffs, []
         try:
             report = RecordsMessage(
-                batch, self.started, self.step_seq, self.budget, self.step_started
+                batch, self.started, self.step_seq, self.budget, self.step_started, waits
             )
             runner.send_message(MSG_RECORDS, report.payload())
         except Exception as exc:  # the master is gone: keep the records for the next try
             self._pending[:0] = batch
+            self._backoffs[:0] = waits
             log.debug("specload: could not send records: %s", exc)
 
     def _flush_loop(self) -> None:
         sent: tuple[int, int] = (-1, -1)
         while True:
             gevent.sleep(FLUSH_INTERVAL_S)
-            if self._pending or sent != (self.started, self.step_seq):
+            if self._pending or self._backoffs or sent != (self.started, self.step_seq):
                 sent = (self.started, self.step_seq)
                 self.flush()
 
@@ -549,6 +563,10 @@ class LoadSession:
             count.budget_left = report.budget_left
             if report.seq == self.step_seq and report.step_started is not None:
                 count.step_started = report.step_started
+        for variant, model, category, step, seconds in report.backoffs:
+            with contextlib.suppress(TypeError, ValueError):
+                labels = (str(variant), str(model), str(category), str(step))
+                self.metrics.observe_backoff_at(labels, float(seconds))
         if not count.greeted:
             # A worker's first message: now it can take the step (see _on_worker_connect).
             count.greeted = True

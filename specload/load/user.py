@@ -92,7 +92,7 @@ class ChatUser(User):
         wait = pause_s(self._failures, retry_after_s)
         if wait <= 0:
             return
-        self._session.metrics.observe_backoff(record, wait)
+        self._session.backoff(record, wait)
         # Waiting, as in Locust's own wait_time: a stop ends the wait at once.
         self._state = LOCUST_STATE_WAITING
         gevent.sleep(wait)

@@ -35,6 +35,7 @@ def test_payloads_are_the_wire_format() -> None:
         "seq": 2,
         "budget_left": 3,
         "step_started": 4,
+        "backoffs": (),
     }
     assert StepMessage("c16", 4, 0).payload() == {"name": "c16", "seq": 4, "budget": 0}
     assert StepMessage("run", 1, None).payload() == {"name": "run", "seq": 1, "budget": None}
