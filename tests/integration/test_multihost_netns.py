@@ -198,7 +198,7 @@ SLOW_SIM = [
     *("--timing", "fixed", "--fixed-ttft", "0.05", "--fixed-itl", "0.02"),
     *("--fixed-reasoning-tokens", "5", "--fixed-content-tokens", "5", "--load-time", "0"),
 ]
-LEVEL = ["--concurrency", "8", "--requests", "600", "--warmup", "0"]
+LEVEL = ["--concurrency", "8", "--requests", "400", "--warmup", "0"]
 
 
 def _lines(path: Path) -> int:
@@ -296,7 +296,7 @@ def test_a_link_cut_shorter_than_the_heartbeat_costs_nothing(slow_hosts, tmp_pat
     assert code == 0, log[-3000:]
     (level,) = summary["levels"]
     # TCP held what was sent while the link was down: every request recorded once
-    assert level["completed"] + level["failed"] + level["unfinished"] == 600, level
+    assert level["completed"] + level["failed"] + level["unfinished"] == 400, level
     assert level["lost"] == 0 and not late, (level, len(late))
     assert sorted(map(_key, records)) == sorted(_key(r) for w in workers.values() for r in w)
 
@@ -312,7 +312,7 @@ def test_a_worker_cut_off_past_the_heartbeat_costs_only_its_requests(
           len(late), {k: len(v) for k, v in workers.items()})  # fmt: skip
     # exactly the budget: what the lost worker had in flight is lost, not replaced, and
     # what it sent after it came back is set aside, not counted
-    assert level["completed"] + level["failed"] + level["unfinished"] + level["lost"] == 600
+    assert level["completed"] + level["failed"] + level["unfinished"] + level["lost"] == 400
     assert "lost" in level["flags"] and level["lost"] >= 1
     assert "went missing" in log
     # every record at the master is once there and in a worker's own file; what the lost
@@ -332,7 +332,7 @@ def test_a_worker_cut_off_past_the_heartbeat_costs_only_its_requests(
     assert level["lost"] <= len(uncounted) <= level["lost"] + 4, (level["lost"], len(uncounted))
     # the remaining worker carried the load after the cut
     w2 = {r["worker"] for r in workers["w2"]}
-    assert sum(r["worker"] in w2 for r in records) > 300
+    assert sum(r["worker"] in w2 for r in records) > 250
 
 
 def test_a_master_cut_off_from_every_worker_ends_the_run(slow_hosts, tmp_path: Path) -> None:
@@ -344,6 +344,6 @@ def test_a_master_cut_off_from_every_worker_ends_the_run(slow_hosts, tmp_path: P
     assert summary["status"] == "failed" and "every worker was lost" in summary["stop_reason"]
     (level,) = summary["levels"]
     assert level["stop_reason"] == "interrupted"
-    assert level["completed"] + level["failed"] + level["unfinished"] + level["lost"] <= 600
+    assert level["completed"] + level["failed"] + level["unfinished"] + level["lost"] <= 400
     at_master = {_key(r) for r in records}
     assert at_master | {_key(r) for r in late} <= {_key(r) for w in workers.values() for r in w}
