@@ -30,24 +30,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from specload.sweep import locustfile as sweep_locustfile  # noqa: E402
-from tests.fixtures.netns import Host, Network, skip_reason  # noqa: E402
+from tests.fixtures.netns import Network, skip_reason  # noqa: E402
 
 PY = sys.executable
 PORT, CONTROL, MASTER_PORT = 8000, 8001, 5557
-
-
-def _wait(host: Host, address: str, port: int, timeout_s: float = 30.0) -> None:
-    probe = (
-        "import socket,sys,time\n"
-        f"end=time.monotonic()+{timeout_s}\n"
-        "while time.monotonic()<end:\n"
-        "    try:\n"
-        f"        socket.create_connection(('{address}',{port}),timeout=1).close(); sys.exit(0)\n"
-        "    except OSError: time.sleep(0.2)\n"
-        "sys.exit(1)\n"
-    )
-    if host.run([PY, "-c", probe], timeout_s=timeout_s + 5).returncode != 0:
-        raise SystemExit(f"{address}:{port} never listened")
 
 
 class CpuWatch(threading.Thread):
@@ -85,7 +71,7 @@ def one(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
              "--fixed-content-tokens", "50", "--load-time", "0"],
             tmp / "sim.log",
         )  # fmt: skip
-        _wait(target, "127.0.0.1", PORT)
+        target.wait_port("127.0.0.1", PORT)
         watch = CpuWatch()
         watch.procs["target"] = [sim]
         watch.start()
@@ -99,7 +85,7 @@ def one(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
              "--no-plots"],
             tmp / "master.log",
         )  # fmt: skip
-        _wait(hosts[0], master.address, MASTER_PORT)
+        hosts[0].wait_port(master.address, MASTER_PORT)
         worker = [
             *(PY, "-m", "locust", "-f", sweep_locustfile.__file__, "--worker"),
             *("--master-host", master.address, "--master-port", str(MASTER_PORT)),

@@ -41,20 +41,6 @@ SIM = [
 WORKER_LOAD = ["--max-tokens", "64"]  # the load options, the same on every host
 
 
-def _wait_port(host: Host, address: str, port: int, timeout_s: float = 30.0) -> None:
-    probe = (
-        "import socket,sys,time\n"
-        f"end=time.monotonic()+{timeout_s}\n"
-        "while time.monotonic()<end:\n"
-        "    try:\n"
-        f"        socket.create_connection(('{address}',{port}),timeout=1).close(); sys.exit(0)\n"
-        "    except OSError: time.sleep(0.2)\n"
-        "sys.exit(1)\n"
-    )
-    done = host.run([PY, "-c", probe], timeout_s=timeout_s + 5)
-    assert done.returncode == 0, f"{address}:{port} never listened"
-
-
 def _served(target: Host) -> int:
     """The simulator's count of chat requests served (its loopback control port)."""
     read = (
@@ -67,20 +53,24 @@ def _served(target: Host) -> int:
     return int(done.stdout.strip())
 
 
-@pytest.fixture
-def hosts(tmp_path: Path) -> Iterator[tuple[Network, dict[str, Host]]]:
+def _hosts(tmp_path: Path, sim: list[str]) -> Iterator[tuple[Network, dict[str, Host]]]:
+    """The target (the simulator with ``sim``), the master and two workers, each a host."""
     if SKIP:
         pytest.skip(SKIP)
     with Network() as net:
         parts = {name: net.host(name) for name in ("target", "master", "w1", "w2")}
-        target = parts["target"]
-        target.start(
+        parts["target"].start(
             [PY, "-m", "simulator", "--host", "0.0.0.0", "--port", str(API_PORT),
-             "--control-port", str(CONTROL_PORT), *SIM],
+             "--control-port", str(CONTROL_PORT), *sim],
             tmp_path / "sim.log",
         )  # fmt: skip
-        _wait_port(target, "127.0.0.1", API_PORT)
+        parts["target"].wait_port("127.0.0.1", API_PORT)
         yield net, parts
+
+
+@pytest.fixture
+def hosts(tmp_path: Path) -> Iterator[tuple[Network, dict[str, Host]]]:
+    yield from _hosts(tmp_path, SIM)
 
 
 def _run(
@@ -101,7 +91,7 @@ def _run(
          "--metrics-address", "off", "--progress", "off", "--no-plots"],
         tmp_path / "master.log",
     )  # fmt: skip
-    _wait_port(parts["w1"], master.address, MASTER_PORT)
+    parts["w1"].wait_port(master.address, MASTER_PORT)
     own: dict[str, Path] = {}
     for name in ("w1", "w2"):
         own[name] = tmp_path / f"{name}.records.jsonl"
@@ -229,17 +219,7 @@ def _cut_later(
 
 @pytest.fixture
 def slow_hosts(tmp_path: Path) -> Iterator[tuple[Network, dict[str, Host]]]:
-    if SKIP:
-        pytest.skip(SKIP)
-    with Network() as net:
-        parts = {name: net.host(name) for name in ("target", "master", "w1", "w2")}
-        parts["target"].start(
-            [PY, "-m", "simulator", "--host", "0.0.0.0", "--port", str(API_PORT),
-             "--control-port", str(CONTROL_PORT), *SLOW_SIM],
-            tmp_path / "sim.log",
-        )  # fmt: skip
-        _wait_port(parts["target"], "127.0.0.1", API_PORT)
-        yield net, parts
+    yield from _hosts(tmp_path, SLOW_SIM)
 
 
 def _run_with_cut(
@@ -257,7 +237,7 @@ def _run_with_cut(
          "--drain-timeout", "20s", "--metrics-address", "off", "--progress", "off", "--no-plots"],
         tmp_path / "master.log",
     )  # fmt: skip
-    _wait_port(parts["w1"], master.address, MASTER_PORT)
+    parts["w1"].wait_port(master.address, MASTER_PORT)
     own = {name: tmp_path / f"{name}.records.jsonl" for name in ("w1", "w2")}
     for name in ("w1", "w2"):
         parts[name].start(
