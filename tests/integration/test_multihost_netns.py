@@ -20,7 +20,9 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,15 +75,33 @@ def hosts(tmp_path: Path) -> Iterator[tuple[Network, dict[str, Host]]]:
     yield from _hosts(tmp_path, SIM)
 
 
-def _run(
+@dataclass
+class Run:
+    """What one run across the hosts left: its exit code, the master's log, the summary,
+    the master's records, the records set aside (``late.jsonl``), each worker's own."""
+
+    code: int
+    log: str
+    summary: dict[str, Any]
+    records: list[dict[str, Any]]
+    late: list[dict[str, Any]]
+    workers: dict[str, list[dict[str, Any]]]
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def _launch(
     tmp_path: Path,
     net: Network,
     parts: dict[str, Host],
     mode: list[str],
     worker_load: tuple[str, ...] = (),
-) -> tuple[dict, list[dict], dict[str, list[dict]], int]:
-    """One ``specload run`` with its master and two workers on their hosts: the summary,
-    the master's records, each worker's own records, the requests the server served."""
+    cut: tuple[tuple[str, ...], float] | None = None,
+) -> Run:
+    """One ``specload run`` with its master and two workers on their hosts (the documented
+    commands); ``cut``: these hosts' links fail for so many seconds mid-level."""
     master, target = parts["master"], parts["target"]
     out = tmp_path / "run"
     run = master.start(
@@ -92,37 +112,52 @@ def _run(
         tmp_path / "master.log",
     )  # fmt: skip
     parts["w1"].wait_port(master.address, MASTER_PORT)
-    own: dict[str, Path] = {}
+    own = {name: tmp_path / f"{name}.records.jsonl" for name in ("w1", "w2")}
     for name in ("w1", "w2"):
-        own[name] = tmp_path / f"{name}.records.jsonl"
         parts[name].start(
             [PY, "-m", "locust", "-f", sweep_locustfile.__file__, "--worker",
              "--master-host", master.address, "--master-port", str(MASTER_PORT),
              *WORKER_LOAD, *worker_load, "--worker-records-file", str(own[name])],
             tmp_path / f"{name}.log",
         )  # fmt: skip
+    cutter = _cut_later(net, cut[0], own["w1"], cut[1]) if cut else None
     try:
-        code = run.wait(timeout=240)
+        code = run.wait(timeout=180)  # bounded: a run that hangs fails here
     except Exception:
         run.kill()
         raise
-    log = (tmp_path / "master.log").read_text(errors="replace")
-    assert code == 0, log[-3000:]
+    if cutter is not None:
+        cutter.join(timeout=30)
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and any(
         p.poll() is None for name in ("w1", "w2") for p in parts[name].procs
     ):
         time.sleep(0.2)  # the workers quit with their master
+    return Run(
+        code,
+        (tmp_path / "master.log").read_text(errors="replace"),
+        json.loads((out / "summary.json").read_text()),
+        _jsonl(out / "requests.jsonl"),
+        _jsonl(out / "late.jsonl"),
+        {name: _jsonl(path) for name, path in own.items()},
+    )
+
+
+def _run(
+    tmp_path: Path,
+    net: Network,
+    parts: dict[str, Host],
+    mode: list[str],
+    worker_load: tuple[str, ...] = (),
+) -> tuple[dict, list[dict], dict[str, list[dict]], int]:
+    """A run without faults: the summary, the master's records, each worker's own, the
+    requests the server served."""
+    run = _launch(tmp_path, net, parts, mode, worker_load)
+    assert run.code == 0, run.log[-3000:]
     for name in ("w1", "w2"):
         text = (tmp_path / f"{name}.log").read_text(errors="replace")
         assert "Unknown message type" not in text, text[-2000:]
-    summary = json.loads((out / "summary.json").read_text())
-    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
-    workers = {
-        name: [json.loads(line) for line in path.read_text().splitlines()]
-        for name, path in own.items()
-    }
-    return summary, records, workers, _served(target)
+    return run.summary, run.records, run.workers, _served(parts["target"])
 
 
 def _check_counts(
@@ -225,45 +260,9 @@ def slow_hosts(tmp_path: Path) -> Iterator[tuple[Network, dict[str, Host]]]:
 def _run_with_cut(
     tmp_path: Path, net: Network, parts: dict[str, Host], cut: tuple[str, ...], seconds: float
 ) -> tuple[int, str, dict, list[dict], list[dict], dict[str, list[dict]]]:
-    """``LEVEL`` with two workers, ``cut``'s links failing for ``seconds`` mid-level: the
-    exit code, the master's log, the summary, its records, the records set aside (late),
-    each worker's own records."""
-    master, target = parts["master"], parts["target"]
-    out = tmp_path / "run"
-    run = master.start(
-        [PY, "-m", "specload", "run", "--host", f"http://{target.address}:{API_PORT}",
-         "--out", str(out), "--expect-workers", "2", "--master-bind-host", "0.0.0.0",
-         "--master-bind-port", str(MASTER_PORT), *WORKER_LOAD, *LEVEL,
-         "--drain-timeout", "20s", "--metrics-address", "off", "--progress", "off", "--no-plots"],
-        tmp_path / "master.log",
-    )  # fmt: skip
-    parts["w1"].wait_port(master.address, MASTER_PORT)
-    own = {name: tmp_path / f"{name}.records.jsonl" for name in ("w1", "w2")}
-    for name in ("w1", "w2"):
-        parts[name].start(
-            [PY, "-m", "locust", "-f", sweep_locustfile.__file__, "--worker",
-             "--master-host", master.address, "--master-port", str(MASTER_PORT),
-             *WORKER_LOAD, "--worker-records-file", str(own[name])],
-            tmp_path / f"{name}.log",
-        )  # fmt: skip
-    cutter = _cut_later(net, cut, own["w1"], seconds)
-    try:
-        code = run.wait(timeout=180)  # bounded: a run that hangs fails here
-    except Exception:
-        run.kill()
-        raise
-    cutter.join(timeout=30)
-    time.sleep(1.0)
-    log = (tmp_path / "master.log").read_text(errors="replace")
-    summary = json.loads((out / "summary.json").read_text())
-    records = [json.loads(line) for line in (out / "requests.jsonl").read_text().splitlines()]
-    late_path = out / "late.jsonl"
-    late = [json.loads(x) for x in late_path.read_text().splitlines()] if late_path.exists() else []
-    workers = {
-        name: [json.loads(line) for line in path.read_text().splitlines()]
-        for name, path in own.items()
-    }
-    return code, log, summary, records, late, workers
+    """``LEVEL`` with two workers, ``cut``'s links failing for ``seconds`` mid-level."""
+    run = _launch(tmp_path, net, parts, [*LEVEL, "--drain-timeout", "20s"], cut=(cut, seconds))
+    return run.code, run.log, run.summary, run.records, run.late, run.workers
 
 
 def _key(record: dict) -> tuple[str, float]:
