@@ -7,11 +7,13 @@ and last chunk written, on its own clock) pinned to ``--server-cpu``; the real `
 (closed loop, one level of ``--streams`` users) pinned to ``--client-cpu``; and, for a
 ``hog`` condition, a busy loop pinned to the client's core at a nice level (``hog0``: as
 important as the client, so the kernel shares the core about evenly; ``hog10``, ``hog19``:
-less). From each run's ``summary.json``: the level's client lag (p50, p99, max), the busy
-share, ``client_saturated``, median TTFT and TPOT against the server's schedule, the
-client-minus-server TTFT and ITL (median, p90: what the server's own timing says the client
-and the network added), the share of 0-s chunk gaps (reads holding several chunks) and the
-output tokens/s against the offered load ``streams x tokens / (TTFT + (tokens - 1) x ITL)``.
+less); an ``itlN`` condition has no hog but a server ITL of N ms instead (``itl1``: five times
+the tokens per second, more than one core of the client can read). From each run's
+``summary.json``: the level's client lag (p50, p99, max), the busy share,
+``client_saturated``, median TTFT and TPOT against the server's schedule, the client-minus-
+server TTFT and ITL (median, p90: what the server's own timing says the client and the
+network added), the share of 0-s chunk gaps (reads holding several chunks) and the output
+tokens/s against the offered load ``streams x tokens / (TTFT + (tokens - 1) x ITL)``.
 
 Conditions run interleaved, round by round, each holding /tmp/specload-bench.lock (other
 benchmarks take it too) and starts once every process together keeps at most
@@ -87,7 +89,9 @@ def wait_quiet(max_busy: float, max_wait_s: float) -> float:
 
 def run_one(condition: str, args: argparse.Namespace, exe: str, tmp: Path, index: int) -> dict:
     port = free_port()
-    timing = [str(args.ttft), str(args.itl), str(args.tokens), "1", "1"]  # 1: with metrics
+    # itlN: no hog, the server's ITL N ms (more tokens per second than the client can read)
+    itl = float(condition[3:]) / 1000 if condition.startswith("itl") else args.itl
+    timing = [str(args.ttft), str(itl), str(args.tokens), "1", "1"]  # 1: with metrics
     server = start_server([exe, str(port), *timing], port, cpu=args.server_cpu)
     hog = None
     try:
@@ -161,7 +165,7 @@ def run_one(condition: str, args: argparse.Namespace, exe: str, tmp: Path, index
     level = summary["levels"][0]
     wall = t1 - t0
     everything = (j1 - j0) / os.sysconf("SC_CLK_TCK")
-    offered = args.streams * args.tokens / (args.ttft + (args.tokens - 1) * args.itl)
+    offered = args.streams * args.tokens / (args.ttft + (args.tokens - 1) * itl)
     return {
         "condition": condition,
         "time": time.strftime("%H:%M:%S", time.gmtime(t0)),
@@ -175,7 +179,7 @@ def run_one(condition: str, args: argparse.Namespace, exe: str, tmp: Path, index
         "busy": level.get("client_busy_ratio"),
         "saturated": "client_saturated" in level["flags"],
         "ttft_err": level["median_ttft_ms"] / (args.ttft * 1000) - 1.0,
-        "tpot_err": level["median_tpot_ms"] / (args.itl * 1000) - 1.0,
+        "tpot_err": level["median_tpot_ms"] / (itl * 1000) - 1.0,
         "ttft_minus_server_ms": level.get("median_ttft_minus_server_ms"),
         "ttft_minus_server_p90_ms": level.get("p90_ttft_minus_server_ms"),
         "itl_minus_server_us": 1000 * (level.get("median_itl_minus_server_ms") or 0.0),

@@ -343,12 +343,6 @@ class ClientMetrics:
             "step so far (1: a whole core).",
             labels=labels,
         )
-        flag = GaugeMetricFamily(
-            "specload_client_saturated",
-            "1 when the step's lag p99 or busy share is beyond its limit (client_saturated: "
-            "TTFT and ITL may be biased by the client), else 0.",
-            labels=labels,
-        )
         for step in self._client_steps():
             figures = source(step)
             if figures is None:
@@ -358,8 +352,7 @@ class ClientMetrics:
                 lag.add_metric(key, figures.lag_p99_s)
             if figures.busy_ratio is not None:
                 busy.add_metric(key, figures.busy_ratio)
-            flag.add_metric(key, 1.0 if figures.saturated else 0.0)
-        yield from (lag, busy, flag)
+        yield from (lag, busy)
 
 
 def _add_spec(s: _Series, sd: dict[str, Any]) -> None:

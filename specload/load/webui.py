@@ -47,7 +47,7 @@ from typing import Any
 
 from specload.load.lag import ClientLoadBook, get_book
 from specload.load.report import csv_text, step_numbers
-from specload.records.clientload import LAG_P99_LIMIT_S
+from specload.records.clientload import LAG_P99_LIMIT_S, chunk_gap_s, saturation_reasons
 from specload.records.stats import Aggregator
 
 TAB_KEY = "specload"
@@ -146,7 +146,14 @@ def client_rows(aggregator: Aggregator, book: ClientLoadBook | None) -> list[dic
     rows = []
     for step in sorted(steps):
         load = book.figures(step) if book is not None else None
-        gaps = aggregator.total(step=step).minus_server_result()
+        stats = aggregator.total(step=step)
+        gaps = stats.minus_server_result()
+        tpot = stats.quantile("tpot", 0.5)
+        saturated = saturation_reasons(
+            load,
+            chunk_gap_s=chunk_gap_s(tpot, stats.tokens_per_chunk),
+            coalesced_share=stats.coalesced_chunk_share,
+        )
 
         def spread(name: str, digits: int, scale: float, gaps: dict[str, Any] = gaps) -> str:
             lo, hi = gaps[f"p10_{name}_ms"], gaps[f"p90_{name}_ms"]
@@ -162,7 +169,7 @@ def client_rows(aggregator: Aggregator, book: ClientLoadBook | None) -> list[dic
                 "lag_p99_ms": _num(None if load is None else load.lag_p99_s, 2, 1000.0),
                 "lag_max_ms": _num(None if load is None else load.lag_max_s, 1, 1000.0),
                 "busy_ratio": _num(None if load is None else load.busy_ratio, 2),
-                "saturated": NO_VALUE if load is None else ("yes" if load.saturated else "no"),
+                "saturated": NO_VALUE if load is None else ("yes" if saturated else "no"),
                 "server_timed": f"{int(gaps['server_timing_requests']):,}",
                 "ttft_minus_server_p50_ms": _num(gaps["median_ttft_minus_server_ms"], 2),
                 "ttft_minus_server_spread_ms": spread("ttft_minus_server", 2, 1.0),

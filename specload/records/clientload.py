@@ -13,11 +13,25 @@ Every process that runs users measures itself (:mod:`specload.load.lag`), per st
 A level's figures (:class:`ClientLoadFigures`) merge its processes over its measured window
 (the ticks while its step was in force): the lag p99 over every process's wake-ups, the busy
 share of the busiest process (each process has one event loop on one core: the busiest one is
-the one that may lag). The level is **client_saturated** (:func:`saturated`) when the lag p99
-exceeds :data:`LAG_P99_LIMIT_S` or the busy share exceeds :data:`BUSY_RATIO_LIMIT`: either can
-bias TTFT and ITL — a stream read that late shares its read, and so its kernel arrival stamp,
-with the next chunk (a first token stamped with the second's arrival), and a send that leaves
-late lowers the load offered. The two limits and the measurements behind them:
+the one that may lag).
+
+**client_saturated** (:func:`saturated`, the one rule; :func:`saturation_reasons` in words).
+Stream reads carry the kernel's arrival stamp, so a late read costs nothing — until it is late
+enough that the next chunk has arrived too: the read holds both and carries the later one's
+stamp (a first token stamped with the second's arrival: TTFT one chunk gap long; a per-chunk
+gap of 0 s). And a send that leaves late lowers the load offered. A level is flagged when
+
+1. the lag p99 exceeds :data:`LAG_P99_LIMIT_S` (8 ms): the loop stalls — its core taken away
+   by another process, or its own work — for longer than any chunk gap the client can vouch
+   for; or
+2. its chunks were read together (the level's share of 0-s chunk gaps beyond
+   :data:`COALESCED_SHARE_LIMIT`, 5%) while the lag p99 exceeds the level's chunk gap
+   (:func:`chunk_gap_s`: median TPOT x tokens per chunk, what the server keeps between chunks):
+   a client that reads later than the server writes; or
+3. the busiest process used more than :data:`BUSY_RATIO_LIMIT` (90%) of a core: no headroom.
+
+The limits and the measurements behind them (256 streams against a fixed-timing server, with a
+busy loop on the client's core, and with chunk gaps of 2 and 1 ms):
 ``bench/results/client_lag.md``.
 """
 
@@ -32,7 +46,10 @@ from specload.histogram import Histogram
 #: How often the lag meter wakes (seconds): 100 wake-ups a second cost ~0.1% of a core.
 LAG_INTERVAL_S = 0.01
 #: A level whose client lag p99 is beyond this (seconds) is ``client_saturated``.
-LAG_P99_LIMIT_S = 0.010
+LAG_P99_LIMIT_S = 0.008
+#: A level whose chunk gaps of 0 s are more than this share, with a lag p99 beyond its chunk
+#: gap, is ``client_saturated``.
+COALESCED_SHARE_LIMIT = 0.05
 #: A level whose busiest client process used more than this share of a core is
 #: ``client_saturated``.
 BUSY_RATIO_LIMIT = 0.9
@@ -82,10 +99,6 @@ class ClientLoadFigures:
     processes: int
     samples: int
 
-    @property
-    def saturated(self) -> bool:
-        return saturated(self.lag_p99_s, self.busy_ratio)
-
     def result(self) -> dict[str, Any]:
         """The level's keys: ``client_lag_{p50,p99,max}_s``, ``client_busy_ratio``,
         ``client_processes``, ``client_lag_samples``."""
@@ -134,30 +147,66 @@ def figures(parts: Iterable[ClientLoad]) -> ClientLoadFigures | None:
     return ClientLoadFigures(p50, p99, lag.max, busy, processes, lag.count)
 
 
-def saturated(lag_p99_s: float | None, busy_ratio: float | None) -> bool:
-    """The one rule: lag p99 beyond :data:`LAG_P99_LIMIT_S` or busy share beyond
-    :data:`BUSY_RATIO_LIMIT` (a figure not measured counts as fine)."""
-    return (lag_p99_s is not None and lag_p99_s > LAG_P99_LIMIT_S) or (
-        busy_ratio is not None and busy_ratio > BUSY_RATIO_LIMIT
+def chunk_gap_s(median_tpot_s: float | None, tokens_per_chunk: float | None) -> float | None:
+    """The gap the server keeps between a stream's chunks: median TPOT x tokens per chunk
+    (TPOT spans first to last token, so chunks read together do not shorten it)."""
+    if median_tpot_s is None or tokens_per_chunk is None:
+        return None
+    return median_tpot_s * tokens_per_chunk
+
+
+def saturation_reasons(
+    figures: ClientLoadFigures | None,
+    *,
+    chunk_gap_s: float | None = None,
+    coalesced_share: float | None = None,
+) -> list[str]:
+    """Why a level is ``client_saturated`` (empty: it is not), one phrase per limit passed;
+    a figure not measured passes none."""
+    if figures is None:
+        return []
+    out = []
+    lag, busy = figures.lag_p99_s, figures.busy_ratio
+    if lag is not None and lag > LAG_P99_LIMIT_S:
+        out.append(
+            f"its event loop ran {lag * 1000:.1f} ms late at the p99 "
+            f"(limit {LAG_P99_LIMIT_S * 1000:g} ms)"
+        )
+    elif (
+        lag is not None
+        and chunk_gap_s is not None
+        and coalesced_share is not None
+        and coalesced_share > COALESCED_SHARE_LIMIT
+        and lag > chunk_gap_s
+    ):
+        out.append(
+            f"{coalesced_share:.0%} of its chunk gaps were 0 s (chunks read together; limit "
+            f"{COALESCED_SHARE_LIMIT:.0%}) and its event loop ran {lag * 1000:.1f} ms late at "
+            f"the p99, longer than the {chunk_gap_s * 1000:.2f} ms between the server's chunks"
+        )
+    if busy is not None and busy > BUSY_RATIO_LIMIT:
+        out.append(f"its busiest process used {busy:.0%} of a core (limit {BUSY_RATIO_LIMIT:.0%})")
+    return out
+
+
+def saturated(
+    figures: ClientLoadFigures | None,
+    *,
+    chunk_gap_s: float | None = None,
+    coalesced_share: float | None = None,
+) -> bool:
+    """The one rule (the module's doc): any limit passed."""
+    return bool(
+        saturation_reasons(figures, chunk_gap_s=chunk_gap_s, coalesced_share=coalesced_share)
     )
 
 
-def saturated_warning(lag_p99_s: float | None, busy_ratio: float | None) -> str:
+def saturated_warning(reasons: list[str]) -> str:
     """The level's warning when :func:`saturated` (one sentence with the figures)."""
-    parts = []
-    if lag_p99_s is not None and lag_p99_s > LAG_P99_LIMIT_S:
-        parts.append(
-            f"its event loop ran {lag_p99_s * 1000:.1f} ms late at the p99 "
-            f"(limit {LAG_P99_LIMIT_S * 1000:g} ms)"
-        )
-    if busy_ratio is not None and busy_ratio > BUSY_RATIO_LIMIT:
-        parts.append(
-            f"its busiest process used {busy_ratio:.0%} of a core (limit {BUSY_RATIO_LIMIT:.0%})"
-        )
-    what = " and ".join(parts) or "it was saturated"
+    what = " and ".join(reasons) or "it was saturated"
     return (
-        f"the client may be the bottleneck: {what}; reads that late share a kernel arrival "
-        "stamp with later chunks and sends leave late, so TTFT and ITL may be biased — more "
-        "worker processes (--workers), fewer users per process, or a core of its own for "
-        "the client"
+        f"the client may be the bottleneck: {what}; a read that late holds later chunks too "
+        "and carries their arrival stamp, and sends leave late, so TTFT and ITL may be biased "
+        "— more worker processes (--workers), fewer users per process, or a core of its own "
+        "for the client"
     )

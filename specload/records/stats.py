@@ -138,6 +138,12 @@ class Stats:
         return self.chunks_coalesced / gaps if gaps else None
 
     @property
+    def coalesced_chunk_share(self) -> float | None:
+        """0-s chunk gaps over token-bearing chunks (``coalesced_chunk_share``; the client's
+        reads holding several chunks: ``client_saturated`` reads it)."""
+        return self.chunks_coalesced / self.chunks if self.chunks else None
+
+    @property
     def slo_attainment_ratio(self) -> float | None:
         """Completed requests meeting every objective / completed (None: none judged)."""
         return self.slo_met / self.completed if self.completed and self.slo_judged else None
@@ -349,7 +355,7 @@ class Stats:
         out["reasoning_truncated"] = self.reasoning_truncated
         out["reasoning_truncated_ratio"] = self.reasoning_truncated_ratio
         out["mean_tokens_per_chunk"] = self.tokens_per_chunk
-        out["coalesced_chunk_share"] = self.chunks_coalesced / self.chunks if self.chunks else None
+        out["coalesced_chunk_share"] = self.coalesced_chunk_share
         out["tokens_estimated"] = self.tokens_estimated
         out["errors"] = dict(sorted(self.errors.items()))
         out.update(self.minus_server_result())

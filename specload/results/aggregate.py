@@ -11,7 +11,13 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from specload.records.clientload import CLIENT_SATURATED, ClientLoadFigures, saturated_warning
+from specload.records.clientload import (
+    CLIENT_SATURATED,
+    ClientLoadFigures,
+    chunk_gap_s,
+    saturated_warning,
+    saturation_reasons,
+)
 from specload.records.request import RequestRecord
 from specload.records.stats import TRUNCATED_SHARE_LIMIT, Stats
 
@@ -170,7 +176,8 @@ def assess_level(
 ) -> tuple[list[str], list[str]]:
     """A level's ``flags`` and ``warnings`` (sentences with counts and what to change):
     what a reader must know before trusting its numbers (docs/sweep.md). ``client``: the
-    client's own lag and busy share over the level (``client_saturated``)."""
+    client's own lag and busy share over the level (``client_saturated``: with the level's
+    chunk gap and share of chunks read together, :func:`specload.records.clientload.saturated`)."""
     flags: list[str] = []
     warnings: list[str] = []
     truncation = truncation_warnings(level.all, numbers)
@@ -208,9 +215,17 @@ def assess_level(
             f"{late_ms:.0f} ms after they were due (max {worst:.0f} ms): the load offered "
             "was less than asked; more workers (--workers) would keep up"
         )
-    if client is not None and client.saturated:
+    tpot_ms = numbers.get("median_tpot_ms")
+    reasons = saturation_reasons(
+        client,
+        chunk_gap_s=chunk_gap_s(
+            None if tpot_ms is None else tpot_ms / 1000.0, numbers.get("mean_tokens_per_chunk")
+        ),
+        coalesced_share=numbers.get("coalesced_chunk_share"),
+    )
+    if reasons:
         flags.append(CLIENT_SATURATED)
-        warnings.append(saturated_warning(client.lag_p99_s, client.busy_ratio))
+        warnings.append(saturated_warning(reasons))
     median_ms = numbers.get("median_e2el_ms")
     if median_ms is not None and planned_duration_s:
         median = median_ms / 1000.0

@@ -30,7 +30,12 @@ from typing import Any
 
 import pytest
 
-from specload.records.clientload import CLIENT_SATURATED, LAG_P99_LIMIT_S
+from specload.records.clientload import (
+    CLIENT_SATURATED,
+    ClientLoadFigures,
+    chunk_gap_s,
+    saturated,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -143,11 +148,19 @@ def test_every_record_carries_the_servers_timing_and_the_known_delay_is_the_over
     assert level["p10_ttft_minus_server_ms"] <= ttft <= level["p90_ttft_minus_server_ms"]
     # First and last token are delayed alike: per token, within a fraction of a millisecond.
     assert abs(level["median_itl_minus_server_ms"]) < 0.1, level
-    # The client's own figures are there, and the flag follows them.
+    # The client's own figures are there, and the flag follows them by the one rule.
     assert level["client_processes"] == 1 and level["client_lag_samples"] > 50
-    assert (CLIENT_SATURATED in level["flags"]) == (
-        level["client_lag_p99_s"] > LAG_P99_LIMIT_S or level["client_busy_ratio"] > 0.9
+    client = ClientLoadFigures(
+        level["client_lag_p50_s"],
+        level["client_lag_p99_s"],
+        level["client_lag_max_s"],
+        level["client_busy_ratio"],
+        level["client_processes"],
+        level["client_lag_samples"],
     )
+    gap = chunk_gap_s(level["median_tpot_ms"] / 1000, level["mean_tokens_per_chunk"])
+    rule = saturated(client, chunk_gap_s=gap, coalesced_share=level["coalesced_chunk_share"])
+    assert (CLIENT_SATURATED in level["flags"]) == rule
 
 
 def test_a_client_stopped_for_known_times_is_flagged_client_saturated(

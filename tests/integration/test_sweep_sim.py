@@ -101,8 +101,13 @@ def test_sweep_levels_categories_and_server_block(sweep_sim, specload_run, tmp_p
         )
         # max_tokens 48 ends most requests inside reasoning: the guard says so
         truncated = level["reasoning_truncated_ratio"] > 0.2
-        assert level["flags"] == (["reasoning_truncated"] if truncated else [])
-        assert len(level["warnings"]) == int(truncated)
+        # client_saturated: this machine's other work may take the client's core meanwhile
+        # (its lag; docs/load.md), a flag and a warning of its own
+        client = [w for w in level["warnings"] if "client may be the bottleneck" in w]
+        assert bool(client) == ("client_saturated" in level["flags"])
+        flags = [f for f in level["flags"] if f != "client_saturated"]
+        assert flags == (["reasoning_truncated"] if truncated else [])
+        assert len(level["warnings"]) - len(client) == int(truncated)
         # per category: the summary equals a recomputation from requests.jsonl
         assert set(level["categories"]) == {r["category"] for r in mine}
         for cat, stats in level["categories"].items():

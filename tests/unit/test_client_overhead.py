@@ -29,6 +29,7 @@ from specload.records.clientload import (
     CLIENT_SATURATED,
     LAG_P99_LIMIT_S,
     ClientLoad,
+    chunk_gap_s,
     figures,
     level_result,
     saturated,
@@ -275,11 +276,25 @@ def test_levels_merge_their_processes_busiest_and_flag_saturation_by_one_rule() 
     assert out is not None and out.processes == 2 and out.samples == 200
     assert out.busy_ratio == pytest.approx(0.95)  # the busiest process's share
     assert out.lag_p99_s == pytest.approx(0.002, rel=0.01)
-    assert out.saturated  # 0.95 > BUSY_RATIO_LIMIT
+    assert saturated(out)  # 0.95 > BUSY_RATIO_LIMIT
     assert figures([]) is None and level_result(None)["client_lag_p99_s"] is None
-    assert not saturated(LAG_P99_LIMIT_S, BUSY_RATIO_LIMIT)  # at the limits: fine
-    assert saturated(LAG_P99_LIMIT_S * 1.01, None) and saturated(None, BUSY_RATIO_LIMIT + 0.01)
-    assert not saturated(None, None)
+    assert not saturated(None)
+
+    def at(lag: float, busy: float = 0.5) -> Any:
+        return figures([_load(lag, busy)])
+
+    # 1. the lag p99 beyond its limit; at the limit: fine.
+    assert saturated(at(LAG_P99_LIMIT_S * 1.02)) and not saturated(at(LAG_P99_LIMIT_S * 0.98))
+    # 2. chunks read together while the loop runs later than the server's chunk gap.
+    lag = LAG_P99_LIMIT_S / 2
+    assert saturated(at(lag), chunk_gap_s=lag / 2, coalesced_share=0.3)
+    assert not saturated(at(lag), chunk_gap_s=lag * 2, coalesced_share=0.3)  # gap longer
+    assert not saturated(at(lag), chunk_gap_s=lag / 2, coalesced_share=0.04)  # few merged
+    assert not saturated(at(lag), chunk_gap_s=None, coalesced_share=0.3)
+    assert chunk_gap_s(0.005, 2.0) == 0.01 and chunk_gap_s(None, 1.0) is None
+    # 3. the busiest process beyond its share of a core.
+    assert saturated(at(0.001, BUSY_RATIO_LIMIT + 0.02))
+    assert not saturated(at(0.001, BUSY_RATIO_LIMIT - 0.02))
 
 
 def test_a_workers_report_reaches_its_master_and_merges_per_step() -> None:
@@ -317,6 +332,14 @@ def test_assess_level_flags_client_saturated_with_a_warning_and_only_then() -> N
     flags, warnings = assess_level(level, numbers, client=figures([_load(0.002, 0.97)]))
     assert flags == [CLIENT_SATURATED] and "97% of a core" in warnings[0]
     assert Level.from_dict({"name": "c1", "flags": flags}).client_saturated
+    # The level's own chunk figures: 2 ms between chunks, 30% of the gaps 0 s, and a loop
+    # 5 ms late at the p99 (bench: a server 2.5 times faster than the client reads).
+    merged = {**numbers, "median_tpot_ms": 2.0, "mean_tokens_per_chunk": 1.0}
+    merged["coalesced_chunk_share"] = 0.3
+    flags, warnings = assess_level(level, merged, client=figures([_load(0.005, 0.6)]))
+    assert flags == [CLIENT_SATURATED] and "30% of its chunk gaps were 0 s" in warnings[0]
+    merged["median_tpot_ms"] = 10.0  # the same client, chunks 10 ms apart: not its doing
+    assert assess_level(level, merged, client=figures([_load(0.005, 0.6)])) == ([], [])
 
 
 def _load(lag: float, busy: float) -> ClientLoad:
@@ -376,7 +399,6 @@ def test_client_metrics_show_lag_busy_share_and_client_minus_server() -> None:
         0.030, rel=0.01
     )
     assert registry.get_sample_value("specload_client_busy_ratio", labels) == pytest.approx(0.4)
-    assert registry.get_sample_value("specload_client_saturated", labels) == 1.0
     # Buckets below zero too (an ITL can come out a little negative): Prometheus histograms
     # with negative buckets have no _sum nor _count; the +Inf bucket counts them.
     series = {"variant": "v", "model": "m", "category": "math", "step": "c4"}
