@@ -5,7 +5,7 @@
   network delay; answers pass at once), every record carries the server's timing, the level's
   client-minus-server TTFT is the 20 ms plus a little (loopback, the proxy's threads, the
   client) and its ITL overhead about zero (a delay before the request moves first and last
-  token alike);
+  token alike); ``compare`` against a run without the proxy says the overheads differ;
 - the client process stopped (``SIGSTOP``) for 60 ms every 250 ms — its loop blocked for a
   known time, deterministic on a loaded machine too, where other work only adds lag — gives a
   lag of at least those 60 ms at the p99 and the level is flagged ``client_saturated``.
@@ -128,7 +128,7 @@ def _records(out: Path, step: str) -> list[dict[str, Any]]:
 def test_every_record_carries_the_servers_timing_and_the_known_delay_is_the_overhead(
     delayed: tuple[Any, DelayProxy], specload_run: Any, tmp_path: Path
 ) -> None:
-    _sim, proxy = delayed
+    sim, proxy = delayed
     out = tmp_path / "run"
     url = f"http://127.0.0.1:{proxy.port}/v1"
     result = specload_run(["run", "--host", url, "--out", str(out), "--requests", "16", *RUN])
@@ -161,6 +161,22 @@ def test_every_record_carries_the_servers_timing_and_the_known_delay_is_the_over
     gap = chunk_gap_s(level["median_tpot_ms"] / 1000, level["mean_tokens_per_chunk"])
     rule = saturated(client, chunk_gap_s=gap, coalesced_share=level["coalesced_chunk_share"])
     assert (CLIENT_SATURATED in level["flags"]) == rule
+
+    # The same server without the proxy: its TTFT is 20 ms shorter, all of it overhead —
+    # compare says the clients' overheads differ (by far more than a quarter of it).
+    direct = tmp_path / "direct"
+    result = specload_run(
+        ["run", "--host", sim.url + "/v1", "--out", str(direct), "--requests", "16", *RUN]
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    cmp = tmp_path / "cmp"
+    result = specload_run(
+        ["compare", str(direct), str(out), "--out", str(cmp), "--json", "--no-plots"]
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    warnings = json.loads((cmp / "comparison.json").read_text())["warnings"]
+    (line,) = [w for w in warnings if "client overheads differ" in w and "TTFT minus" in w]
+    assert "concurrency 4" in line, warnings
 
 
 def test_a_client_stopped_for_known_times_is_flagged_client_saturated(
