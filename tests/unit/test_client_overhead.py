@@ -442,3 +442,37 @@ def test_the_client_tab_shows_each_steps_lag_busy_share_and_client_minus_server(
     assert c4["itl_minus_server_p50_us"] == "0.0"
     assert rows["c8"]["ttft_minus_server_p50_ms"] == NO_VALUE
     assert client_rows(agg, None)[0]["lag_p99_ms"] == NO_VALUE
+
+
+# -- the simulator sends what vLLM sends -----------------------------------------------------
+
+
+def test_the_simulators_timing_is_vllms_formula_on_the_sequences_own_times() -> None:
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from simulator.api import TIMING_KEYS, request_timing  # noqa: PLC0415
+
+    seq: Any = SimpleNamespace(
+        arrival=10.0, scheduled=10.004, first_token=10.054, last_token=10.254, generated=41
+    )
+    out = request_timing(seq)
+    assert list(out) == list(TIMING_KEYS) == list(VLLM_TIMING)  # vLLM's names, its order
+    assert out["queue_time_ms"] == pytest.approx(4.0)
+    assert out["time_to_first_token_ms"] == pytest.approx(50.0)  # from scheduling
+    assert out["generation_time_ms"] == pytest.approx(200.0)
+    assert out["mean_itl_ms"] == pytest.approx(5.0)  # 200 ms over 40 gaps
+    assert out["tokens_per_second"] == pytest.approx(41 / 0.25)
+    # What the client makes of it is the same as of vLLM's.
+    assert server_timing(out) == pytest.approx(
+        {
+            "server_ttft_s": 0.05,
+            "server_generation_s": 0.2,
+            "server_queue_s": 0.004,
+            "server_itl_s": 0.005,
+        }
+    )
+    # Not scheduled yet (a request aborted in the queue): nothing it cannot know.
+    waiting: Any = SimpleNamespace(
+        arrival=1.0, scheduled=-1.0, first_token=-1.0, last_token=-1.0, generated=0
+    )
+    assert set(request_timing(waiting).values()) == {None}
