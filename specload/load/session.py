@@ -500,13 +500,20 @@ class LoadSession:
 
     def _on_step(self, environment: Any, msg: Any, **kw: Any) -> None:
         step = StepMessage.parse(msg.data)
-        if step.seq >= self.step_seq:
-            if step.seq > self.step_seq:
-                self.step_started = 0
+        if step.seq > self.step_seq:
+            self.step_started = 0
             self.step_seq = step.seq
             self.step = step.name
             self.budget = step.budget
             self._asked = False  # a want of the step before is not answered
+            self._wake()
+        elif step.seq == self.step_seq:
+            # The step again (a greeting, a reconnect): its name, and whether it has a
+            # budget, but never the budget granted since (that would be lost: the level's
+            # last requests then wait for grants nobody can give).
+            self.step = step.name
+            if (self.budget is None) != (step.budget is None):
+                self.budget = step.budget
             self._wake()
 
     def _on_budget(self, environment: Any, msg: Any, **kw: Any) -> None:

@@ -113,3 +113,23 @@ def test_a_workers_backoffs_reach_the_masters_client_metrics() -> None:
         "specload_client_backoffs_total": 2,
         "specload_client_backoff_seconds_total": 0.75,
     }
+
+
+def test_the_step_sent_again_keeps_the_budget_granted_since() -> None:
+    runner = Runner()
+    env = SimpleNamespace(runner=runner, parsed_options=None, events=SimpleNamespace())
+    worker = LoadSession(env)
+    worker.role = "worker"
+
+    def receive(kind: str, payload: dict[str, Any]) -> None:
+        handler = worker._on_step if kind == MSG_STEP else worker._on_budget
+        handler(env, SimpleNamespace(data=payload))
+
+    receive(MSG_STEP, {"name": "c4", "seq": 3, "budget": 0})
+    receive(MSG_BUDGET, {"seq": 3, "add": 8})
+    receive(MSG_STEP, {"name": "c4", "seq": 3, "budget": 0})  # the greeting, late
+    assert (worker.step, worker.budget) == ("c4", 8)
+    receive(MSG_STEP, {"name": "c8", "seq": 4, "budget": 0})  # a new step starts from 0
+    assert (worker.step, worker.budget) == ("c8", 0)
+    receive(MSG_STEP, {"name": "c8", "seq": 4, "budget": None})  # no budget after all
+    assert worker.budget is None
