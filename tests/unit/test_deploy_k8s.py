@@ -78,16 +78,7 @@ def test_every_manifest_validates_against_its_schema(rendered: Path) -> None:
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl (with kustomize) is not installed")
 def test_kustomize_build_validates(rendered: Path) -> None:
-    assert KUBECTL is not None
-    result = subprocess.run(
-        [KUBECTL, "kustomize", str(rendered)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    docs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    docs = kubectl_kustomize(rendered)
     for doc in docs:
         validate(doc)
         assert doc["metadata"]["namespace"] == "loadtest"
