@@ -632,6 +632,11 @@ def forecast(
     fit = fit_step_cost(_fit_points(baseline, replays, engine, index_of), curve=opts.curve)
     warnings.extend(f"step-cost fit: {n}" for n in fit.notes)
     for info in baseline.levels:
+        if "streams_held" in info.flags:
+            warnings.append(
+                f"level {info.name}'s tokens arrived in bursts (streams_held: streams held back "
+                "and sent at once): its median TPOT is not a step cost; rerun it or leave it out"
+            )
         if "users_short" in info.flags:
             warnings.append(
                 f"level {info.name} held fewer users than its concurrency (users_short): its "

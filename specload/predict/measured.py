@@ -34,6 +34,7 @@ class MeasuredLevel:
     median_tpot_ms: float | None
     acceptance_rate: float | None  # the level's (Level.acceptance: server, else client)
     truncated_share: float | None = None  # the level's (Figures.truncated_share)
+    flags: tuple[str, ...] = ()  # the level's (a streams_held level measured no decode pace)
 
 
 @dataclass
@@ -67,6 +68,7 @@ def load_measured(path: str | Path) -> Measured:
             median_tpot_ms=level.figures.median_tpot_ms,
             acceptance_rate=level.acceptance.rate,
             truncated_share=level.truncated_share,
+            flags=level.flags,
         )
     if not levels:
         raise UsageError(f"--measured {path}: summary.json has no closed-loop levels")
@@ -101,6 +103,8 @@ def comparison(fc: Forecast, measured: Measured) -> dict[str, Any]:
                 "measured_acceptance_rate": ml.acceptance_rate,
                 # the share of the level's completed requests cut inside reasoning
                 "measured_truncated_share": ml.truncated_share,
+                # what its reader must know first (docs/sweep.md: streams_held, ...)
+                "measured_flags": list(ml.flags),
                 "measured_speedup": lf.baseline_ms / ml.median_tpot_ms
                 if ml.median_tpot_ms > 0
                 else None,

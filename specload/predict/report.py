@@ -249,6 +249,14 @@ def measured_markdown(m: dict[str, Any]) -> list[str]:
             f"{_pct(row['predicted_acceptance_rate'])} / {_pct(row['measured_acceptance_rate'])} | "
             f"{_pct(row.get('measured_truncated_share'))} | {_f(row['implied_step_overhead_ms'])} |"
         )
+    for row in m["levels"]:
+        # reasoning_truncated has its own column
+        flags = [f for f in row.get("measured_flags") or () if f != "reasoning_truncated"]
+        if flags:
+            lines.append(
+                f"\nmeasured c{row['concurrency']} is flagged {', '.join(flags)} "
+                "(docs/sweep.md): judge its row with that in mind"
+            )
     if m["totals"]:
         lines += [
             "",

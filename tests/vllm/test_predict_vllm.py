@@ -100,18 +100,27 @@ def _alone(up: Any, down: Any, out: Path, warmed: set[str]) -> None:
 
 def _c1_ratio(plain: Any, ngram: Any, out: Path, warmed: set[str]) -> float | None:
     """n-gram median TPOT / baseline median TPOT at concurrency 1, each server alone;
-    None when a level's tokens arrived in bursts (a median of zero)."""
+    None when a level's tokens arrived in bursts (flagged ``streams_held``, or a median of
+    zero)."""
     tpot = []
     for server, other, name in ((plain, ngram, "plain"), (ngram, plain, "ngram")):
         _alone(server, other, out / f"warm-{name}", warmed)
         args = ["run", "--host", server.base_url, "--out", str(out / name), *RUN]
         run = run_specload([*args, "--concurrency", "1"], RUN_TIMEOUT_S)
         assert run.returncode == 0, run.stderr
-        summary = json.loads((out / name / "summary.json").read_text())
-        tpot.append(summary["levels"][0]["median_tpot_ms"])
+        level = _c1_level(out / name)
+        if "streams_held" in level["flags"]:
+            return None
+        tpot.append(level["median_tpot_ms"])
     if not all(isinstance(t, float) and t > 0 for t in tpot):
         return None
     return float(tpot[1] / tpot[0])
+
+
+def _c1_level(out: Path) -> dict[str, Any]:
+    level: dict[str, Any] = json.loads((out / "summary.json").read_text())["levels"][0]
+    assert level["concurrency"] == 1, level
+    return level
 
 
 def _falling_levels(data: dict[str, Any]) -> list[str]:
@@ -133,9 +142,10 @@ def test_predict_ngram_against_the_real_ngram_server(vllm_plain, vllm_ngram, tmp
 
     # On this 2-core VM vLLM's front end sometimes holds a request's whole stream until its
     # end (an independent httpx client sees it too: TTFT ~1.1 s, then 200 tokens at once), and
-    # a level where most requests did has a median TPOT of 0.2 ms beside 6 ms. The forecast
-    # names such a level; the baseline is measured again (three tries) so that the TPOT
-    # figures printed below mean something. The assertions do not depend on it.
+    # a level where most requests did has a median TPOT of 0.2 ms beside 6 ms. The sweep flags
+    # such a level streams_held and the forecast names it (so does a level cheaper than one of
+    # fewer tokens per step); the baseline is measured again (three tries) so that the TPOT
+    # figures mean something. The counts do not depend on it; the c1 TPOT check does.
     for attempt in range(3):
         baseline = tmp_path / f"baseline-{attempt}"
         run = run_specload(
@@ -196,8 +206,20 @@ def test_predict_ngram_against_the_real_ngram_server(vllm_plain, vllm_ngram, tmp
     # measurements. Within a factor of 1.5, and on the same side of 1 where the measurement
     # is clearly off 1. Measured here in three alternated rounds: predicted 0.66-0.71 against
     # 0.67-0.77; without the terms the forecast said 0.37-0.43 (a factor of 1.6-2.1: it fails).
+    # A level whose streams the front end held back (flagged streams_held: first token late,
+    # the rest at once) measured no decode pace: the baseline's c1 is measured again above,
+    # and a c1 measurement so flagged is not a ratio. When the machine held them in every
+    # try, the c1 forecast cannot be judged here: said, not guessed (the counts above held).
+    held = _c1_level(baseline)
+    if "streams_held" in held["flags"]:
+        pytest.skip(
+            f"the baseline's c1 streams arrived in bursts in all {attempt + 1} runs "
+            f"({held['streams_held']} of {held['completed']} held): the c1 TPOT forecast "
+            "is not judged; the counts were"
+        )
     predicted = levels[1]["predicted_median_tpot_ms"] / levels[1]["baseline_median_tpot_ms"]
-    ratios = [1.0 / rows[1]["measured_speedup"]] if rows[1]["measured_speedup"] else []
+    usable = rows[1]["measured_speedup"] and "streams_held" not in rows[1]["measured_flags"]
+    ratios = [1.0 / rows[1]["measured_speedup"]] if usable else []
     for again in range(4):  # this VM stalls every process now and then: the median of three
         if len(ratios) >= 3 or (
             len(ratios) % 2 and abs(math.log(predicted / statistics.median(ratios))) <= TOLERANCE
@@ -207,7 +229,8 @@ def test_predict_ngram_against_the_real_ngram_server(vllm_plain, vllm_ngram, tmp
         if ratio is not None:
             ratios.append(ratio)
     print(json.dumps({"c1_ratios": ratios, "c1_predicted_ratio": predicted}))
-    assert ratios, "every c1 measurement's tokens arrived in bursts"
+    if not ratios:
+        pytest.skip("every c1 measurement's tokens arrived in bursts: the c1 forecast not judged")
     measured = statistics.median(ratios)
     assert abs(math.log(predicted / measured)) <= TOLERANCE, (predicted, ratios, figures)
     if measured < 0.85:
