@@ -59,7 +59,7 @@ CV_REL_SD = {0.5: 0.027, 1.0: 0.022, 2.0: 0.019}
 @pytest.mark.parametrize("burstiness", [0.5, 1.0, 2.0])
 def test_send_gaps_have_the_gammas_spread(tmp_path: Path, burstiness: float) -> None:
     out, records = _run(
-        tmp_path, SIM, "--request-rate", "100", "--burstiness", str(burstiness),
+        tmp_path, SIM, "--request-rate", "500", "--burstiness", str(burstiness),
         "--requests", "2000", "--warmup", "0",
     )  # fmt: skip
     assert len(records) == 2000 and all(r["scheduled_s"] is not None for r in records)
