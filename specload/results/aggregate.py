@@ -33,6 +33,11 @@ def as_record(item: RequestRecord | Mapping[str, Any]) -> RequestRecord:
 
 # A level whose users ran below this share of its concurrency is flagged ``users_short``.
 USERS_HELD_MIN_RATIO = 0.95
+# A closed-loop level whose requests in flight averaged below this share of its concurrency
+# is flagged ``in_flight_short`` (users that waited between requests: for grants behind a
+# master past its ceiling, for a client that fell behind). A request's own client overhead
+# between two requests keeps a healthy level near 1 (measured: bench/results/in_flight.md).
+IN_FLIGHT_MIN_RATIO = 0.8
 # A level whose median request is longer than this share of its window is ``long_requests``.
 LONG_REQUEST_RATIO = 0.25
 # An open-loop level whose p99 send lateness is beyond this (ms) is flagged ``late_sends``.
@@ -48,6 +53,7 @@ class LevelAggregate:
         self.categories: dict[str, Stats] = {}
         self.window_tokens = 0.0
         self.window_tokens_by_category: dict[str, float] = {}
+        self.window_busy_s = 0.0  # Σ over requests (any step) of their time in flight in it
 
     def add(self, record: RequestRecord) -> None:
         """A request of this level (its step)."""
@@ -58,7 +64,11 @@ class LevelAggregate:
         cat.add(record)
 
     def add_window_tokens(self, record: RequestRecord, lo_s: float, hi_s: float) -> None:
-        """Count the tokens of ``record`` (any step) that arrived in ``[lo_s, hi_s]``."""
+        """Count the tokens of ``record`` (any step) that arrived in ``[lo_s, hi_s]``, and
+        the time it was in flight there (sent to its last byte or error)."""
+        busy = min(record.end_s, hi_s) - max(record.start_s, lo_s)
+        if busy > 0:
+            self.window_busy_s += busy
         tokens = record.tokens_between(lo_s, hi_s)
         if tokens > 0:
             self.window_tokens += tokens
@@ -77,6 +87,10 @@ class LevelAggregate:
             )
             for name, stats in sorted(self.categories.items())
         }
+        # Little's law over the window: the requests the server had in flight on average.
+        out["mean_in_flight"] = (
+            self.window_busy_s / duration_s if windowed and duration_s > 0 else None
+        )
         return out
 
 
@@ -173,11 +187,15 @@ def assess_level(
     users_held: float | None = None,
     users_min: int | None = None,
     client: ClientLoadFigures | None = None,
+    in_flight_settled: bool = True,
 ) -> tuple[list[str], list[str]]:
     """A level's ``flags`` and ``warnings`` (sentences with counts and what to change):
     what a reader must know before trusting its numbers (docs/sweep.md). ``client``: the
     client's own lag and busy share over the level (``client_saturated``: with the level's
-    chunk gap and share of chunks read together, :func:`specload.records.clientload.saturated`)."""
+    chunk gap and share of chunks read together, :func:`specload.records.clientload.saturated`).
+    ``in_flight_settled``: every request in flight in the window has reported (a level's
+    requests still running when its window ended report later: until the run ends, its
+    ``mean_in_flight`` lacks their time and ``in_flight_short`` is not judged)."""
     flags: list[str] = []
     warnings: list[str] = []
     truncation = truncation_warnings(level.all, numbers)
@@ -205,6 +223,20 @@ def assess_level(
         warnings.append(
             f"held {users_held:.1f} users on average (minimum {users_min}), "
             f"not {concurrency}: the level ran below its concurrency"
+        )
+    in_flight = numbers.get("mean_in_flight")
+    if (
+        in_flight_settled
+        and concurrency is not None
+        and isinstance(in_flight, int | float)
+        and in_flight < IN_FLIGHT_MIN_RATIO * concurrency
+    ):
+        flags.append("in_flight_short")
+        warnings.append(
+            f"the server had {in_flight:.1f} requests in flight on average, not {concurrency}: "
+            "the users waited between requests (for their grants behind a master past its "
+            "ceiling, docs/load.md, or for a client that fell behind), so the level measured "
+            "a lower concurrency than it names"
         )
     late_ms = numbers.get("p99_send_lateness_ms")
     if isinstance(late_ms, int | float) and late_ms > LATE_SEND_WARN_MS:

@@ -632,6 +632,7 @@ class SweepDriver:
             users_held=users_held,
             users_min=state.users_min,
             client=client,
+            in_flight_settled=self.sweep_end is not None,
         )
         flags.extend(f for f in reconcile_flags(rec) if f not in flags)
         if state.cut_short is not None:

@@ -220,3 +220,35 @@ def test_a_stream_held_back_and_sent_at_once_is_counted_and_flags_its_level() ->
     halves[1].extend([held, read_late])
     halves[0].merge(halves[1])
     assert halves[0].streams_held == 2 and halves[0].held_stream_ratio == 0.5
+
+
+def test_mean_in_flight_is_the_time_in_flight_inside_the_window_over_its_length() -> None:
+    # Window [100, 110]; known truth by hand: 4 users whose requests each last 1 s. Back to
+    # back the server has 4 in flight; with a 1 s wait before each, 2.
+    def users(wait_s: float, step: str = "c4") -> list[RequestRecord]:
+        out = []
+        for _user in range(4):
+            t = 99.5  # a request of the warm-up straddles the window's start
+            while t < 111.0:
+                r = replace(record(0, step=step), start_s=t, end_s=t + 1.0)
+                out.append(r)
+                t += 1.0 + wait_s
+        return out
+
+    for wait_s, want in ((0.0, 4.0), (1.0, 2.0)):
+        level = LevelAggregate()
+        for r in users(wait_s):
+            if 100.0 <= r.start_s <= 110.0:
+                level.add(r)
+            level.add_window_tokens(r, 100.0, 110.0)
+        numbers = level.result(10.0)
+        assert numbers["mean_in_flight"] == pytest.approx(want)
+        flags, warnings = assess_level(level, numbers, concurrency=4)
+        if want == 2.0:
+            assert flags == ["in_flight_short"] and "2.0 requests in flight" in warnings[0]
+            # not judged while requests of the window may still be running
+            assert assess_level(level, numbers, concurrency=4, in_flight_settled=False)[0] == []
+            assert assess_level(level, numbers)[0] == []  # open loop: no concurrency to hold
+        else:
+            assert flags == []
+    assert LevelAggregate().result(10.0, windowed=False)["mean_in_flight"] is None
