@@ -113,6 +113,10 @@ class LoadSession:
             objectives=lambda: tuple(self.objectives.as_dict()),
         )
         self.metrics_port: int | None = None
+        # The client metrics are fed only where they are served (--metrics-address): a
+        # master's per-record cost was 42% theirs with no one to read them
+        # (bench/results/master.md).
+        self.metrics_served = False
         self._metrics_server: Any = None
         self._subscribers: list[RecordCallback] = []
         self._pending: list[dict[str, Any]] = []
@@ -307,6 +311,7 @@ class LoadSession:
             return
         try:
             self._metrics_server, self.metrics_port = serve(self.metrics, address)
+            self.metrics_served = True
         except OSError as exc:
             # Fail, not another port: Prometheus scrapes the address it was given, and a
             # run serving nothing there (or another run's numbers) would go unnoticed.
@@ -437,7 +442,7 @@ class LoadSession:
             self._backoffs.append(
                 [record.variant, record.model, record.category, record.step, seconds]
             )
-        else:
+        elif self.metrics_served:
             self.metrics.observe_backoff(record, seconds)
 
     def request_abandoned(self) -> None:
@@ -461,7 +466,8 @@ class LoadSession:
         self.published += 1
         judge(record, self.objectives)
         self.aggregator.add(record)
-        self.metrics.observe(record)
+        if self.metrics_served:
+            self.metrics.observe(record)
         if self._records_out is not None:
             # One line per record, flushed at once: a killed run keeps what it measured.
             self._records_out.write(orjson.dumps(record.to_dict()) + b"\n")
@@ -571,6 +577,8 @@ class LoadSession:
             if report.seq == self.step_seq and report.step_started is not None:
                 count.step_started = report.step_started
         for variant, model, category, step, seconds in report.backoffs:
+            if not self.metrics_served:
+                break
             with contextlib.suppress(TypeError, ValueError):
                 labels = (str(variant), str(model), str(category), str(step))
                 self.metrics.observe_backoff_at(labels, float(seconds))

@@ -356,6 +356,7 @@ USER_SCRIPT = textwrap.dedent(
     sends = []
     published = []
     subscribe(env, lambda r: published.append(time.monotonic()))
+    get_session(env).metrics_served = True  # as where --metrics-address serves them
     t0 = time.monotonic()
 
     class Fake:

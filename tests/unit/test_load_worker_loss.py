@@ -98,21 +98,21 @@ def test_a_new_worker_is_sent_the_step_by_its_first_message_not_on_connect() -> 
 
 
 def test_a_workers_backoffs_reach_the_masters_client_metrics() -> None:
-    session, _runner = _master()
     waits = [["v", "m", "math", "c1", 0.25], ["v", "m", "math", "c1", 0.5], ["bad"]]
     payload = RecordsMessage([], 2, 0, None, 2, waits).payload()  # as a worker sends it
-    session._on_records(session.environment, SimpleNamespace(node_id="w1", data=payload))
-    got = {
-        s.name: s.value
-        for fam in session.metrics.collect()
-        if fam.name.startswith("specload_client_backoff")
-        for s in fam.samples
-        if s.labels == {"variant": "v", "model": "m", "category": "math", "step": "c1"}
-    }
-    assert got == {
-        "specload_client_backoffs_total": 2,
-        "specload_client_backoff_seconds_total": 0.75,
-    }
+    for served in (True, False):  # --metrics-address HOST:PORT, or off: nothing to feed
+        session, _runner = _master()
+        session.metrics_served = served
+        session._on_records(session.environment, SimpleNamespace(node_id="w1", data=payload))
+        got = {
+            s.name: s.value
+            for fam in session.metrics.collect()
+            if fam.name.startswith("specload_client_backoff")
+            for s in fam.samples
+            if s.labels == {"variant": "v", "model": "m", "category": "math", "step": "c1"}
+        }
+        want = {"specload_client_backoffs_total": 2, "specload_client_backoff_seconds_total": 0.75}
+        assert got == (want if served else {}), served
 
 
 def test_the_step_sent_again_keeps_the_budget_granted_since() -> None:
