@@ -596,6 +596,11 @@ class LoadSession:
                 log.warning("specload: dropped a bad record from %s: %s", msg.node_id, exc)
                 continue
             self._publish(record)
+        # Locust's listener (zmq.green) takes the next message without yielding while one
+        # waits: past the master's ceiling a backlog held every other greenlet — the sweep's
+        # step changes and window ends, /metrics, Ctrl-C (bench/results/master.md). One
+        # yield per message lets them run between two.
+        gevent.sleep(0)
 
     def _drain_before_quit(self, runner: Any) -> None:
         """Make ``quit`` stop the workers first and wait for their last records.

@@ -2,9 +2,11 @@
 against a baseline of it are never called faster or slower.
 
 The server is warmed first with the measurement's own shape (a CPU vLLM server is ~60%
-slower on its first requests), then one baseline run and :data:`RUNS` runs ``--against`` it
-with the same settings and ``--margin 5%``: each must end ``equivalent`` or ``undecided``
-(the truth is no difference), within its ``--requests`` budget.
+slower on its first requests), then :data:`RUNS` pairs: a baseline run, then a run
+``--against`` it with the same settings and ``--margin 5%``, which must end ``equivalent`` or
+``undecided`` (the truth is no difference) within its ``--requests`` budget. Each run is
+judged against the baseline just before it: the rule's guarantee covers the two runs'
+sampling noise, not the machine's drift between them (docs/sweep.md, *Choosing the margin*).
 
 Why one level (c1), 128 tokens, and why a baseline may be taken again: what was measured
 on the 2-core test machine (2026-12-04, plain server warmed with 12 requests of 200
@@ -20,9 +22,9 @@ test, other sessions' work using 0.3-1 of the 2 cores throughout):
   medians reach 0 (4-7 of 24 requests at TPOT 0 and up) no run can have a ratio
   (``undecided``, ``verdict_ratio`` null; so were 14 of 15 runs against the first usable
   baseline of three test runs). Such a baseline is taken again here (at most
-  :data:`BASELINE_TRIES` times, then the test is skipped: it is about the verdicts, not
-  about a crowded machine); a run against it may still have no ratio (its own TPOT 0),
-  and when none of the runs has one the test is skipped too (it asserted nothing).
+  :data:`BASELINE_TRIES` times, then that pair is passed over: it is about the verdicts,
+  not about a crowded machine); a run against it may still have no ratio (its own TPOT 0),
+  and when none of the runs has one the test is skipped (its verdicts asserted nothing).
 - Run-to-run ratios of the median TPOT (the non-zero ones, runs of one session): c1
   0.57-1.77, c4 0.33-3.0 (the 0.94-1.04 of a quiet machine did not hold). At a quieter
   moment (a baseline and 4 runs with 0-2 TPOT-0 requests of 24) the rule's ratios were
@@ -52,7 +54,7 @@ from specload.results.stopping import BASELINE_SE_BOOT, log_median_se
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
-RUNS = 5
+RUNS = 3  # pairs: a baseline, then a run against it
 REQUESTS = 24  # the level's budget, in the baseline and in every run against it
 BASELINE_TRIES = 3
 MARGIN = "5%"
@@ -114,32 +116,38 @@ def test_against_a_baseline_of_the_same_server(vllm_plain, specload_run, tmp_pat
         return out
 
     run("warm", WARM)
-    zeros: list[int] = []
-    for k in range(BASELINE_TRIES):
-        base = run(f"base-{k}", RUN)
-        assert level(base)["completed"] == REQUESTS
-        count, usable = baseline_tpots(base)
-        zeros.append(count)
-        if usable:
-            break
-    else:
-        pytest.skip(
-            "the machine is too crowded to measure TPOT: no baseline the rule can judge "
-            f"against (TPOT-0 requests of {REQUESTS}: {zeros})"
-        )
-    against = [*RUN, "--against", str(base), "--margin", MARGIN]
-    seen = [f"baseline tries, TPOT-0 requests of {REQUESTS}: {zeros}"]
+    seen: list[str] = []
+    judged = 0
     for i in range(RUNS):
-        out = run(f"again-{i}", against)
+        # Each run against a baseline taken just before it: the same server 13% faster than
+        # a baseline four runs (about a minute) older was this VM's drift, not the rule's
+        # error (CI, 2026-12-04: ratio 0.872 [0.816, 0.932]); the rule's guarantee is about
+        # the two runs' sampling noise, not the machine's drift (docs/sweep.md).
+        zeros: list[int] = []
+        for k in range(BASELINE_TRIES):
+            base = run(f"base-{i}-{k}", RUN)
+            assert level(base)["completed"] == REQUESTS
+            count, usable = baseline_tpots(base)
+            zeros.append(count)
+            if usable:
+                break
+        else:
+            seen.append(f"pair {i}: no baseline the rule can judge against ({zeros})")
+            continue
+        out = run(f"again-{i}", [*RUN, "--against", str(base), "--margin", MARGIN])
         lv = level(out)
-        seen.append(f"run {i}: {describe(lv)}; TPOT-0 requests {zero_tpots(out)}")
+        seen.append(
+            f"pair {i}: baseline TPOT-0 requests of {REQUESTS}: {zeros}; {describe(lv)}; "
+            f"TPOT-0 requests {zero_tpots(out)}"
+        )
         assert lv["verdict"] in ("equivalent", "undecided"), seen
         assert lv["stop_reason"] in ("decided", "budget"), seen
         assert lv["verdict_requests"] is not None, seen
         assert lv["verdict_requests"] <= REQUESTS, seen
+        judged += lv["verdict_ratio"] is not None
     print("\n".join(seen))
-    if all(" ratio nan " in line for line in seen[1:]):
+    if not judged:
         pytest.skip(
             "the machine is too crowded to measure TPOT: no run had a ratio to judge "
-            "(never faster or slower, but nothing was tested): " + "; ".join(seen)
+            + "; ".join(seen)
         )
