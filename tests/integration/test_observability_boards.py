@@ -233,8 +233,10 @@ def test_the_per_step_median_is_recorded_exactly(prometheus: Prometheus) -> None
 
 
 def test_rules_evaluate_cleanly(prometheus: Prometheus, loadgen: FakeLoadgen) -> None:
-    up = values(prometheus, 'up{job="specload-loadgen"}', "instance")
-    assert up == {(loadgen.address,): 1.0}
+    # settled: run first (random order), the target had not been scraped yet
+    expected = {(loadgen.address,): 1.0}
+    up = settled(prometheus, 'up{job="specload-loadgen"}', ("instance",), expected)
+    assert up == expected
     log = Path(prometheus.log).read_text(errors="replace")
     assert "Evaluating rule failed" not in log, log[-3000:]
 
