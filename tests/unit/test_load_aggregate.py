@@ -222,33 +222,45 @@ def test_a_stream_held_back_and_sent_at_once_is_counted_and_flags_its_level() ->
     assert halves[0].streams_held == 2 and halves[0].held_stream_ratio == 0.5
 
 
-def test_mean_in_flight_is_the_time_in_flight_inside_the_window_over_its_length() -> None:
-    # Window [100, 110]; known truth by hand: 4 users whose requests each last 1 s. Back to
-    # back the server has 4 in flight; with a 1 s wait before each, 2.
-    def users(wait_s: float, step: str = "c4") -> list[RequestRecord]:
+def test_mean_in_flight_is_the_time_in_flight_while_the_level_was_sending() -> None:
+    # Window [100, 110]; 4 users whose requests each last 1 s, the first from the warm-up
+    # (99.5). Truth by hand, from the window's start to the level's last start (109.5):
+    # back to back, 4 in flight; with a 1 s wait before each, each user is in flight
+    # 0.5 + 4 x 1 of those 9.5 s.
+    def users(wait_s: float) -> list[RequestRecord]:
         out = []
         for _user in range(4):
-            t = 99.5  # a request of the warm-up straddles the window's start
+            t = 99.5
             while t < 111.0:
-                r = replace(record(0, step=step), start_s=t, end_s=t + 1.0)
-                out.append(r)
+                out.append(replace(record(0, step="c4"), start_s=t, end_s=t + 1.0))
                 t += 1.0 + wait_s
         return out
 
-    for wait_s, want in ((0.0, 4.0), (1.0, 2.0)):
+    def level_of(records: list[RequestRecord]) -> LevelAggregate:
         level = LevelAggregate()
-        for r in users(wait_s):
+        for r in records:
             if 100.0 <= r.start_s <= 110.0:
                 level.add(r)
             level.add_window_tokens(r, 100.0, 110.0)
+        return level
+
+    for wait_s, want in ((0.0, 4.0), (1.0, 4 * 4.5 / 9.5)):
+        level = level_of(users(wait_s))
         numbers = level.result(10.0)
         assert numbers["mean_in_flight"] == pytest.approx(want)
         flags, warnings = assess_level(level, numbers, concurrency=4)
-        if want == 2.0:
-            assert flags == ["in_flight_short"] and "2.0 requests in flight" in warnings[0]
+        if wait_s:
+            assert flags == ["in_flight_short"]
+            assert "1.9 requests in flight on average" in warnings[0]
             # not judged while requests of the window may still be running
             assert assess_level(level, numbers, concurrency=4, in_flight_settled=False)[0] == []
             assert assess_level(level, numbers)[0] == []  # open loop: no concurrency to hold
         else:
             assert flags == []
+    # A --requests level: 4 users, 6 requests of 1 s back to back from 100 (the budget is
+    # spent at 101, two requests run on alone): 4 in flight while it sent, not 6 / 2.
+    budget = [replace(record(0, step="c4"), start_s=100.0 + (i // 4), end_s=101.0 + (i // 4))
+              for i in range(6)]  # fmt: skip
+    assert level_of(budget).result(2.0)["mean_in_flight"] == pytest.approx(4.0)
     assert LevelAggregate().result(10.0, windowed=False)["mean_in_flight"] is None
+    assert level_of(budget[:4]).result(1.0)["mean_in_flight"] is None  # one start: no span
