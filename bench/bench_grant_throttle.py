@@ -93,13 +93,13 @@ def one(mode: str, stalled: bool, args: argparse.Namespace, work: Path) -> dict[
         )  # fmt: skip
         procs.append(master)
         wait_port(master_port)
+        worker = [PY, "-m", "locust", "-f", str(LOCUSTFILE), "--worker",
+                  "--master-host", "127.0.0.1", "--master-port", str(master_port)]  # fmt: skip
         for _ in range(2):
             procs.append(
                 subprocess.Popen(
-                    [PY, "-m", "locust", "-f", str(LOCUSTFILE), "--worker",
-                     "--master-host", "127.0.0.1", "--master-port", str(master_port)],
-                    cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                )  # fmt: skip
+                    worker, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+                )
             )
         if stalled:
             # from the level's start (the workers have connected within a second or two)
