@@ -1,8 +1,10 @@
 """A level's numbers from its records: the sweep, ``results repair`` and the tests.
 
 The figures themselves are defined once, in :class:`specload.records.stats.Stats`;
-this module only groups a level's records (all, and per category) and counts the
-tokens that arrived inside the level's measured window.
+this module only groups a level's records (all, and per category) and defines the two
+figures of the level's measured window: the tokens that arrived inside it (throughput)
+and the requests in flight while the level sent (``mean_in_flight``), with the level's
+flags (:func:`assess_level`).
 """
 
 from __future__ import annotations
