@@ -203,8 +203,10 @@ def test_a_client_stopped_for_known_times_is_flagged_client_saturated(
     assert proc.returncode == 0, stderr[-3000:]
     level = json.loads((out / "summary.json").read_text())["levels"][0]
     print(json.dumps({"stops": stops, **{k: v for k, v in level.items() if "client" in k}}))
-    # Every stop holds the loop at least 60 ms: one wake-up in 25 at least that late.
-    assert level["client_lag_p99_s"] >= 0.05 and level["client_lag_max_s"] >= 0.06, level
+    # Every stop holds the loop 60 ms, and the greenlet that measures it sleeps 10 ms at a
+    # time: its next wake-up comes at least 60 - 10 ms late (CI: a max of 0.0598 s). That
+    # is one wake-up in 12 (16 stops, 139 samples): the p99 is among them.
+    assert level["client_lag_max_s"] >= level["client_lag_p99_s"] >= 0.05, level
     assert CLIENT_SATURATED in level["flags"]
     assert any("the client may be the bottleneck" in w for w in level["warnings"])
     # Every record still carries the server's timing.
