@@ -642,6 +642,12 @@ def forecast(
                 f"level {info.name} held fewer users than its concurrency (users_short): its "
                 "steps held fewer sequences than the fit assumes"
             )
+        elif "in_flight_short" in info.flags:
+            warnings.append(
+                f"level {info.name} had fewer requests in flight than its concurrency "
+                "(in_flight_short: users starting or waiting; a warm-up keeps the spawn out of "
+                "the window): its steps held fewer sequences than the fit assumes"
+            )
     cached = [
         f"{info.name} {info.prefix_cache_hit_ratio:.0%}"
         for info in baseline.levels

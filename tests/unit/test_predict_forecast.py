@@ -184,16 +184,20 @@ def test_unmeasured_concurrency_uses_every_request(tmp_path):
     assert any("concurrency 3 was not measured" in w for w in fc.warnings)
 
 
-def test_a_level_whose_streams_were_held_is_named(tmp_path):
+def test_levels_whose_streams_were_held_or_short_of_requests_are_named(tmp_path):
     _baseline(tmp_path)
     summary = json.loads((tmp_path / "summary.json").read_text())
     summary["levels"][0]["flags"] = ["streams_held"]
+    summary["levels"][1]["flags"] = ["in_flight_short"]
     (tmp_path / "summary.json").write_text(json.dumps(summary))
     opts = Options(num_speculative_tokens=2, prompt_lookup_min=2, prompt_lookup_max=4, n_boot=50)
     fc = forecast(_load(tmp_path, opts), opts, plan=default_plan(LEVELS, opts))
     named = [w for w in fc.warnings if "streams_held" in w]
     first = summary["levels"][0]["name"]
     assert len(named) == 1 and f"level {first}'s tokens arrived in bursts" in named[0], named
+    second = summary["levels"][1]["name"]
+    short = [w for w in fc.warnings if "in_flight_short" in w]
+    assert len(short) == 1 and f"level {second} had fewer requests in flight" in short[0], short
 
 
 def test_draft_break_even(tmp_path):
