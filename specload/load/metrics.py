@@ -29,6 +29,7 @@ from specload.histogram import ITL_BUCKETS_S, LATENCY_BUCKETS_S, BucketCounts
 from specload.records.clientload import ClientLoadFigures
 from specload.records.request import ERROR_KINDS, RequestRecord
 from specload.records.servertiming import itl_minus_server_s, ttft_minus_server_s
+from specload.records.stats import stream_held
 
 #: Error classes with a fixed name (HTTP statuses are ``http_<code>``, created on use).
 FIXED_ERROR_KINDS = tuple(k for k in ERROR_KINDS if not k.startswith("http_") and k != "unfinished")
@@ -82,6 +83,7 @@ class _Series:
     truncated: int = 0
     chunks: int = 0
     coalesced: int = 0
+    held: int = 0  # completed streams that arrived in one burst (stats.stream_held)
     backoffs: int = 0
     backoff_s: float = 0.0
     # Speculative decoding by channel (reasoning, content, unknown): [drafts, draft
@@ -155,6 +157,8 @@ class ClientMetrics:
         s.coalesced += r.chunks_coalesced
         if r.ok:
             s.outcomes["ok"] += 1
+            if stream_held(r):
+                s.held += 1
             h = s.hists
             if r.ttft_s is not None:
                 h["ttft"].add(r.ttft_s)
@@ -242,6 +246,13 @@ class ClientMetrics:
             "read at once): there, per-chunk ITL is not measurable (TPOT is).",
             labels=LABELS,
         )
+        held = CounterMetricFamily(
+            "specload_client_streams_held",
+            "Completed streams that arrived in one burst (held back before the client: chunks "
+            "read together, first to last token under a tenth of TTFT): their TPOT and ITL "
+            "are not the decode pace.",
+            labels=LABELS,
+        )
         backoffs = CounterMetricFamily(
             "specload_client_backoffs",
             "Waits of users after a failed request (backoff, "
@@ -290,6 +301,7 @@ class ClientMetrics:
                 for spec_fam, n in zip(spec_fams, counts, strict=True):
                     spec_fam.add_metric([*labels, channel], n)
             coalesced.add_metric(labels, s.coalesced)
+            held.add_metric(labels, s.held)
             backoffs.add_metric(labels, s.backoffs)
             backoff_s.add_metric(labels, s.backoff_s)
             for channel, n in s.tokens.items():
@@ -303,7 +315,8 @@ class ClientMetrics:
                 err.add_metric([*labels, kind], n)
             trunc.add_metric(labels, s.truncated)
             chunks.add_metric(labels, s.chunks)
-        yield from (tok, req, err, trunc, chunks, coalesced, backoffs, backoff_s, *spec_fams)
+        yield from (tok, req, err, trunc, chunks, coalesced, held, backoffs, backoff_s)
+        yield from spec_fams
         yield from (slo_met, slo_ratio)
         yield GaugeMetricFamily(
             "specload_client_users", "Locust users running.", value=self._users()

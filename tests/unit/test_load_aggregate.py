@@ -132,6 +132,9 @@ def test_client_metrics_families_and_labels() -> None:
     assert reg.get_sample_value("specload_client_itl_seconds_count", labels) == 27
     assert reg.get_sample_value("specload_client_users") == 7
     assert reg.get_sample_value("specload_client_reasoning_truncated_total", labels) == 0
+    assert reg.get_sample_value("specload_client_streams_held_total", labels) == 0
+    m.observe(replace(record(4), chunks=200, chunks_coalesced=198, ttft_s=0.32, e2e_s=0.32002))
+    assert reg.get_sample_value("specload_client_streams_held_total", labels) == 1
 
 
 def test_parse_metrics_address() -> None:
