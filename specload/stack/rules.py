@@ -34,6 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specload.records.stats import HELD_STREAM_LIMIT
+
 #: The repository's ``deploy/prometheus`` (the source tree this module lives in).
 PROMETHEUS_DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 SOURCE_DIR = PROMETHEUS_DIR / "source"
@@ -54,6 +56,8 @@ THRESHOLDS: Mapping[str, str] = {
     "reload_overrun_factor": "1.25",
     "error_ratio_threshold": "0.05",
     "reasoning_truncated_threshold": "0.20",
+    # the level flag's own limit: one definition
+    "streams_held_threshold": f"{HELD_STREAM_LIMIT:.2f}",
 }
 
 _PLACEHOLDER = re.compile(r"\$\{([a-z_]+)\}")
