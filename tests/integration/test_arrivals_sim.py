@@ -84,14 +84,21 @@ def test_ramp_up_starts_the_users_over_its_length(tmp_path: Path) -> None:
     )  # fmt: skip
     warm = sorted(r["start_s"] for r in records if r["step"] == "c8-warmup")
     window = json.loads((out / "summary.json").read_text())["levels"][0]["window_start_s"]
-    # Closed loop, ~30 ms requests: requests started per second follow the users running.
-    # Users join every 3/8 s (Locust's spawn rate): the warm-up's first half second starts
-    # far fewer requests than its last, when all eight run (without a ramp-up the start
-    # spread alone gives about half as many).
-    first = sum(1 for t in warm if t < warm[0] + 0.5)
-    last = sum(1 for t in warm if window - 0.5 <= t < window)
+
+    def in_flight(lo: float, hi: float) -> float:  # requests in flight on average (Little)
+        busy = sum(max(0.0, min(r["end_s"], hi) - max(r["start_s"], lo)) for r in records)
+        return busy / (hi - lo)
+
+    # Locust dispatches floor(rate) users at a time: 8 users over 3 s join two every 0.75 s
+    # (CI, requests in flight per half second: 1.97, 3.77, 3.97, 6.63, 7.92, 7.94; here the
+    # first half second held 1.0-1.4). Without a ramp-up all eight start within the first
+    # second: 4.3 against 7.9, and this fails. Requests in flight, not requests started: a
+    # stall of the loaded machine stretches requests, it does not empty the users (a count
+    # of starts read 33 against 128, the 0.25 the ramp itself gives, and failed).
+    first = in_flight(warm[0], warm[0] + 0.5)
+    last = in_flight(window - 0.5, window)
     print(json.dumps({"first_half_second": first, "last_half_second": last}))
-    assert first < 0.25 * last
+    assert first < 0.45 * last and last > 6.0, (first, last)
 
 
 @pytest.mark.serial  # p99 send lateness <= 20 ms
