@@ -576,9 +576,9 @@ class LoadSession:
             count.budget_left = report.budget_left
             if report.seq == self.step_seq and report.step_started is not None:
                 count.step_started = report.step_started
-        for variant, model, category, step, seconds in report.backoffs:
-            if not self.metrics_served:
-                break
+        for variant, model, category, step, seconds in (
+            report.backoffs if self.metrics_served else ()
+        ):
             with contextlib.suppress(TypeError, ValueError):
                 labels = (str(variant), str(model), str(category), str(step))
                 self.metrics.observe_backoff_at(labels, float(seconds))
