@@ -34,18 +34,17 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.fixtures.sim import free_port, start_sim  # noqa: E402
+
 PY = sys.executable
 LOCUSTFILE = ROOT / "specload" / "sweep" / "locustfile.py"
 USERS = 32
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def wait_port(port: int, timeout_s: float = 30.0) -> None:
+    """Until the master listens on ``port`` (its workers are started after it)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with socket.socket() as s:
@@ -66,15 +65,15 @@ def stall(pid: int, stall_s: float, run_s: float, stop: threading.Event) -> None
 
 
 def one(mode: str, stalled: bool, args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    port, master_port = free_port(), free_port()
-    sim = subprocess.Popen(
-        [PY, "-m", "specload", "sim", "--port", str(port), "--load-time", "0",
-         *("--timing", "fixed", "--fixed-ttft", "0.005", "--fixed-itl", "0.002"),
-         *("--fixed-reasoning-tokens", "10", "--fixed-content-tokens", "10")],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    procs: list[subprocess.Popen[bytes]] = [sim]
+    master_port = free_port()
     out = work / f"{mode}-{'stalled' if stalled else 'free'}"
+    sim = start_sim(
+        ["--load-time", "0", "--timing", "fixed", "--fixed-ttft", "0.005",
+         "--fixed-itl", "0.002", "--fixed-reasoning-tokens", "10",
+         "--fixed-content-tokens", "10"],
+        work / f"{out.name}-sim",
+    )  # fmt: skip
+    procs: list[subprocess.Popen[bytes]] = []
     window = (
         ["--warmup", "2s", "--duration", "8s"]
         if mode == "duration"
@@ -82,8 +81,7 @@ def one(mode: str, stalled: bool, args: argparse.Namespace, work: Path) -> dict[
     )
     stop = threading.Event()
     try:
-        wait_port(port)
-        host = f"http://127.0.0.1:{port}"
+        host = sim.url
         master = subprocess.Popen(
             [PY, "-m", "specload", "run", "--host", host, "--concurrency", str(USERS), *window,
              *("--workers", "0", "--expect-workers", "2", "--master-bind-port", str(master_port)),
@@ -122,6 +120,7 @@ def one(mode: str, stalled: bool, args: argparse.Namespace, work: Path) -> dict[
                 p.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 p.kill()
+        sim.stop()
     (level,) = json.loads((out / "summary.json").read_text())["levels"]
     return {
         "mode": mode,
