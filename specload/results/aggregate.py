@@ -287,14 +287,15 @@ def assess_level(
     if reasons:
         flags.append(CLIENT_SATURATED)
         warnings.append(saturated_warning(reasons))
-    held, completed = numbers.get("streams_held") or 0, numbers.get("completed") or 0
-    if completed and held / completed > HELD_STREAM_LIMIT:
+    held_ratio = numbers.get("held_stream_ratio")
+    if isinstance(held_ratio, int | float) and held_ratio > HELD_STREAM_LIMIT:
         flags.append("streams_held")
         warnings.append(
-            f"{held} of {completed} streams arrived in one burst (their first token late, the "
-            "rest at once: a server front end or a proxy that fell behind, or the client when "
-            "client_saturated): the level's TPOT and ITL are not the decode pace and its TTFT "
-            "holds the decode; rerun it with the machine to the server and the client alone"
+            f"{numbers['streams_held']} of {numbers['completed']} streams arrived in one "
+            "burst (their first token late, the rest at once: a server front end or a proxy "
+            "that fell behind, or the client when client_saturated): the level's TPOT and ITL "
+            "are not the decode pace and its TTFT holds the decode; rerun it with the machine "
+            "to the server and the client alone"
         )
     median_ms = numbers.get("median_e2el_ms")
     if median_ms is not None and planned_duration_s:
